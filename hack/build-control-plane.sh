@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# Build real Kubernetes control-plane binaries (etcd, kube-apiserver, kubectl,
+# optionally kube-controller-manager and kube-scheduler) from the Go module
+# proxy into a cache folder usable as KUBEBUILDER_ASSETS for envtest.
+#
+# Usage: hack/build-control-plane.sh [component...]
+#   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler
+#   default:    etcd kube-apiserver kubectl
+#
+#   KUBEBUILDER_ASSETS="$(hack/build-control-plane.sh)"
+#
+# Versions are pinned only in the wrapper modules hack/control-plane/kubernetes
+# and hack/control-plane/etcd (go.mod + go.sum, built with -mod=readonly).
+# Cache: ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/control-plane/
+#        <k8s version>-etcd-<etcd version>-go<go version>/
+# Only missing binaries are built. Progress goes to stderr; the only line on
+# stdout is the absolute path of the folder holding the binaries.
+set -euo pipefail
+
+readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler)
+readonly DEFAULT_COMPONENTS=(etcd kube-apiserver kubectl)
+
+log() { printf 'build-control-plane: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+usage() {
+	cat >&2 <<EOF
+usage: $0 [component...]
+  components: ${ALL_COMPONENTS[*]}
+  default:    ${DEFAULT_COMPONENTS[*]}
+Prints the absolute path of the binary folder (for KUBEBUILDER_ASSETS) on stdout.
+Cache root: \${FLASHCACHE_CACHE:-\$HOME/.cache/flashcache}
+EOF
+}
+
+components=("$@")
+if [[ ${#components[@]} -eq 0 ]]; then
+	components=("${DEFAULT_COMPONENTS[@]}")
+fi
+for c in "${components[@]}"; do
+	case "$c" in
+	-h | --help)
+		usage
+		exit 0
+		;;
+	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler) ;;
+	*)
+		usage
+		die "unknown component: $c"
+		;;
+	esac
+done
+
+command -v go >/dev/null 2>&1 || die "go is not installed or not in PATH"
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
+readonly k8s_mod="$repo_root/hack/control-plane/kubernetes"
+readonly etcd_mod="$repo_root/hack/control-plane/etcd"
+
+# The wrapper modules must be built on their own, never as part of a workspace.
+export GOWORK=off
+export CGO_ENABLED=0
+
+# Module query in a wrapper folder; -mod=readonly so the committed go.sum is
+# what gets verified (never silently updated).
+modfield() { # dir module template
+	(cd "$1" && go list -mod=readonly -m -f "$3" "$2")
+}
+
+k8s_version="$(modfield "$k8s_mod" k8s.io/kubernetes '{{.Version}}')"
+etcd_version="$(modfield "$etcd_mod" go.etcd.io/etcd/server/v3 '{{.Version}}')"
+go_version="$(cd "$k8s_mod" && go env GOVERSION)"
+go_version="${go_version#go}"
+[[ -n "$k8s_version" && -n "$etcd_version" && -n "$go_version" ]] ||
+	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' go='$go_version')"
+
+cache_root="${FLASHCACHE_CACHE:-${HOME:?HOME is not set}/.cache/flashcache}"
+out_dir="$cache_root/control-plane/${k8s_version}-etcd-${etcd_version}-go${go_version}"
+mkdir -p "$out_dir"
+out_dir="$(cd "$out_dir" && pwd -P)"
+
+missing=()
+for c in "${components[@]}"; do
+	[[ -x "$out_dir/$c" ]] || missing+=("$c")
+done
+
+if [[ ${#missing[@]} -gt 0 ]]; then
+	# Serialise concurrent runs on the same folder: the second one waits and
+	# then finds the binaries already built.
+	if command -v flock >/dev/null 2>&1; then
+		exec 9>"$out_dir/.lock"
+		if ! flock -n 9; then
+			log "waiting for another build in $out_dir"
+			flock 9
+		fi
+		# Holding the lock: leftovers of killed runs can go.
+		rm -rf "$out_dir"/.build.*
+	fi
+
+	tmp_dir="$(mktemp -d "$out_dir/.build.XXXXXX")"
+	trap 'rm -rf "$tmp_dir"' EXIT
+	trap 'exit 130' INT
+	trap 'exit 143' TERM
+
+	# Version stamping, as done by kubernetes' hack/lib/version.sh. kubectl
+	# (and envtest) parse the server's /version, which comes from
+	# k8s.io/component-base/version; client-go's copy feeds the User-Agent.
+	# buildDate is the publication time of the pinned module (reproducible).
+	build_date="$(modfield "$k8s_mod" k8s.io/kubernetes '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}')"
+	build_date="${build_date:-1970-01-01T00:00:00Z}"
+	k8s_semver="${k8s_version#v}"
+	k8s_major="${k8s_semver%%.*}"
+	k8s_minor="${k8s_semver#*.}"
+	k8s_minor="${k8s_minor%%.*}"
+	k8s_ldflags="-s -w"
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		k8s_ldflags+=" -X $pkg.gitVersion=$k8s_version"
+		k8s_ldflags+=" -X $pkg.gitMajor=$k8s_major"
+		k8s_ldflags+=" -X $pkg.gitMinor=$k8s_minor"
+		k8s_ldflags+=" -X $pkg.gitTreeState=clean"
+		k8s_ldflags+=" -X $pkg.buildDate=$build_date"
+	done
+	# etcd normally stamps the git commit; a module build has none, so record
+	# the version tag instead of "Not provided (use ./build instead of go build)".
+	etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
+
+	log "building ${missing[*]} (kubernetes $k8s_version, etcd $etcd_version, go $go_version) into $out_dir"
+	for c in "${missing[@]}"; do
+		if [[ -x "$out_dir/$c" ]]; then # built meanwhile by a concurrent run
+			log "$c: already present"
+			continue
+		fi
+		case "$c" in
+		etcd)
+			mod_dir="$etcd_mod" pkg=. ldflags="$etcd_ldflags" check=(--version)
+			;;
+		kubectl)
+			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(version --client)
+			;;
+		*)
+			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(--version)
+			;;
+		esac
+		log "$c: go build $pkg"
+		start=$SECONDS
+		(cd "$mod_dir" && go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp_dir/$c" "$pkg") >&2 ||
+			die "$c: build failed"
+		"$tmp_dir/$c" "${check[@]}" >&2 || die "$c: built binary does not run"
+		mv -f "$tmp_dir/$c" "$out_dir/$c"
+		log "$c: done in $((SECONDS - start))s"
+	done
+fi
+
+log "binaries in $out_dir"
+printf '%s\n' "$out_dir"
