@@ -1,0 +1,422 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// CacheMode is the bcache cache_mode of the volume.
+// +kubebuilder:validation:Enum=writeback;writethrough;writearound
+type CacheMode string
+
+const (
+	// CacheModeWriteback acknowledges writes once they are on the cache device.
+	CacheModeWriteback CacheMode = "writeback"
+	// CacheModeWritethrough acknowledges writes once they are on the backing device.
+	CacheModeWritethrough CacheMode = "writethrough"
+	// CacheModeWritearound sends writes to the backing device only; reads are cached.
+	CacheModeWritearound CacheMode = "writearound"
+)
+
+// ReplacementPolicy is bcache's cache_replacement_policy.
+// +kubebuilder:validation:Enum=lru;fifo;random
+type ReplacementPolicy string
+
+// Replacement policies bcache knows.
+const (
+	ReplacementPolicyLRU    ReplacementPolicy = "lru"
+	ReplacementPolicyFIFO   ReplacementPolicy = "fifo"
+	ReplacementPolicyRandom ReplacementPolicy = "random"
+)
+
+// SafetyPolicy says what happens when a device fails the durability checks.
+// +kubebuilder:validation:Enum=Enforce;Warn
+type SafetyPolicy string
+
+const (
+	// SafetyPolicyEnforce keeps the volume in writethrough while a device is judged unsafe.
+	SafetyPolicyEnforce SafetyPolicy = "Enforce"
+	// SafetyPolicyWarn enables writeback anyway and reports the verdict as a condition.
+	SafetyPolicyWarn SafetyPolicy = "Warn"
+)
+
+// DeletionPolicy says what deleting a FlashCacheVolume does to the devices.
+// +kubebuilder:validation:Enum=Teardown;Orphan
+type DeletionPolicy string
+
+const (
+	// DeletionPolicyTeardown waits for the claim to release the PersistentVolume, deletes it,
+	// and waits for the node agent to flush, detach and remove the bcache device.
+	DeletionPolicyTeardown DeletionPolicy = "Teardown"
+	// DeletionPolicyOrphan removes the object at once and leaves the node and the
+	// PersistentVolume as they are.
+	DeletionPolicyOrphan DeletionPolicy = "Orphan"
+)
+
+// FileSystemType is the filesystem kubelet creates on a Filesystem-mode volume.
+// +kubebuilder:validation:Enum=xfs;ext4
+type FileSystemType string
+
+// CacheDeviceSpec names the SSD or NVMe device that caches the volume.
+type CacheDeviceSpec struct {
+	// path is the whole cache device by a stable name: /dev/disk/by-id/... or /dev/disk/by-path/...
+	// Kernel names such as /dev/nvme0n1 change across boots and are refused.
+	// +required
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="self.matches('^/dev/disk/by-(id|path)/[A-Za-z0-9][A-Za-z0-9:._+@,=\\\\-]*$')",message="must be a stable device path: /dev/disk/by-id/<name> or /dev/disk/by-path/<name>"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cacheDevice.path is immutable"
+	Path string `json:"path"`
+
+	// overProvisionPercent is the share of the device left unpartitioned, after a full discard,
+	// as spare area for the SSD's wear levelling.
+	// +optional
+	// +kubebuilder:default=20
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=50
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cacheDevice.overProvisionPercent is immutable: the cache device is already partitioned"
+	OverProvisionPercent *int32 `json:"overProvisionPercent,omitempty"`
+}
+
+// BackingDeviceSpec names the slow device that holds the data. Exactly one of path and iscsi is set.
+// +kubebuilder:validation:XValidation:rule="has(self.path) != has(self.iscsi)",message="exactly one of backingDevice.path and backingDevice.iscsi must be set"
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="backingDevice is immutable"
+type BackingDeviceSpec struct {
+	// path is a local disk or partition by a stable name: /dev/disk/by-id/... or /dev/disk/by-path/...
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="self.matches('^/dev/disk/by-(id|path)/[A-Za-z0-9][A-Za-z0-9:._+@,=\\\\-]*$')",message="must be a stable device path: /dev/disk/by-id/<name> or /dev/disk/by-path/<name>"
+	Path string `json:"path,omitempty"`
+
+	// iscsi is a LUN on an iSCSI target that the node logs in to.
+	// +optional
+	ISCSI *ISCSISource `json:"iscsi,omitempty"`
+}
+
+// ISCSISource is an iSCSI LUN used as backing device.
+type ISCSISource struct {
+	// portal is the target portal, host or IP with an optional port (default 3260).
+	// +required
+	// +kubebuilder:validation:MaxLength=261
+	// +kubebuilder:validation:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)(:[0-9]{1,5})?$`
+	Portal string `json:"portal"`
+
+	// additionalPortals are further portals of the same target, for multipath.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=8
+	// +kubebuilder:validation:items:MaxLength=261
+	// +kubebuilder:validation:items:Pattern=`^(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?)(:[0-9]{1,5})?$`
+	AdditionalPortals []string `json:"additionalPortals,omitempty"`
+
+	// iqn is the target's name: iqn.YYYY-MM.reversed.domain[:suffix], eui.<16 hex> or naa.<16 or 32 hex>.
+	// +required
+	// +kubebuilder:validation:MaxLength=223
+	// +kubebuilder:validation:Pattern=`^(iqn\.[0-9]{4}-[0-9]{2}\.[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[^\s]+)?|eui\.[0-9A-Fa-f]{16}|naa\.[0-9A-Fa-f]{16}([0-9A-Fa-f]{16})?)$`
+	IQN string `json:"iqn"`
+
+	// lun is the logical unit number on the target.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=16383
+	LUN int32 `json:"lun"`
+
+	// chapSecretRef names a Secret with CHAP credentials (keys node.session.auth.username and
+	// node.session.auth.password). The credentials are never logged or copied into status.
+	// +optional
+	CHAPSecretRef *corev1.SecretReference `json:"chapSecretRef,omitempty"`
+
+	// initiatorName overrides the node's initiator IQN for this session.
+	// +optional
+	// +kubebuilder:validation:MaxLength=223
+	// +kubebuilder:validation:Pattern=`^(iqn\.[0-9]{4}-[0-9]{2}\.[a-z0-9]([a-z0-9.-]*[a-z0-9])?(:[^\s]+)?|eui\.[0-9A-Fa-f]{16}|naa\.[0-9A-Fa-f]{16}([0-9A-Fa-f]{16})?)$`
+	InitiatorName string `json:"initiatorName,omitempty"`
+}
+
+// VolumeSpec says how the bcache device is offered to pods as a PersistentVolume.
+type VolumeSpec struct {
+	// storageClassName is set on the PersistentVolume; claims select the volume by it.
+	// +optional
+	// +kubebuilder:default=flashcache
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volume.storageClassName is immutable"
+	StorageClassName string `json:"storageClassName,omitempty"`
+
+	// createStorageClass asks the operator to create the StorageClass (provisioner
+	// kubernetes.io/no-provisioner, volumeBindingMode WaitForFirstConsumer) when it does not exist.
+	// An existing StorageClass of that name is never changed.
+	// +optional
+	CreateStorageClass bool `json:"createStorageClass,omitempty"`
+
+	// volumeMode is Filesystem (kubelet formats and mounts the device) or Block.
+	// +optional
+	// +kubebuilder:default=Filesystem
+	// +kubebuilder:validation:Enum=Filesystem;Block
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volume.volumeMode is immutable"
+	VolumeMode corev1.PersistentVolumeMode `json:"volumeMode,omitempty"`
+
+	// fsType is the filesystem kubelet creates on first mount in Filesystem mode.
+	// +optional
+	// +kubebuilder:default=xfs
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="volume.fsType is immutable"
+	FSType FileSystemType `json:"fsType,omitempty"`
+
+	// reclaimPolicy is the PersistentVolume's reclaim policy. Retain keeps the volume and its data
+	// when the claim is released. Delete deletes this FlashCacheVolume when the claim is released,
+	// which tears the device down like any deletion (see deletionPolicy): the data is lost.
+	// +optional
+	// +kubebuilder:default=Retain
+	// +kubebuilder:validation:Enum=Retain;Delete
+	ReclaimPolicy corev1.PersistentVolumeReclaimPolicy `json:"reclaimPolicy,omitempty"`
+}
+
+// SafetySpec configures the durability checks run before writeback is enabled.
+type SafetySpec struct {
+	// policy is Enforce (an unsafe device keeps the volume in writethrough) or Warn.
+	// +optional
+	// +kubebuilder:default=Enforce
+	Policy SafetyPolicy `json:"policy,omitempty"`
+
+	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed.
+	// +optional
+	TrustWriteCache bool `json:"trustWriteCache,omitempty"`
+}
+
+// WipeSpec is explicit consent to destroy what a device carries. Without it the agent refuses
+// a device with a filesystem, partition table, LVM or foreign bcache signature.
+type WipeSpec struct {
+	// cacheDevice consents to erasing the cache device.
+	// +optional
+	CacheDevice bool `json:"cacheDevice,omitempty"`
+
+	// backingDevice consents to erasing the backing device and every byte of data on it.
+	// +optional
+	BackingDevice bool `json:"backingDevice,omitempty"`
+}
+
+// FlashCacheVolumeSpec is the desired flash-cached block device on one node.
+// +kubebuilder:validation:XValidation:rule="!has(self.backingDevice.path) || self.backingDevice.path != self.cacheDevice.path",message="backingDevice.path must not be the cache device",fieldPath=".backingDevice.path"
+type FlashCacheVolumeSpec struct {
+	// nodeName is the node that owns both devices.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodeName is immutable: the devices belong to that node"
+	NodeName string `json:"nodeName"`
+
+	// cacheDevice is the SSD or NVMe device.
+	// +required
+	CacheDevice CacheDeviceSpec `json:"cacheDevice"`
+
+	// backingDevice is the slower device that holds the data.
+	// +required
+	BackingDevice BackingDeviceSpec `json:"backingDevice"`
+
+	// mode is bcache's cache mode. Writeback is enabled only after the safety checks pass
+	// (or policy is Warn); drains hold the volume in writethrough while they flush.
+	// +optional
+	// +kubebuilder:default=writeback
+	Mode CacheMode `json:"mode,omitempty"`
+
+	// dirtyThresholdPercent is the share of the cache that may hold dirty data before writeback
+	// speeds up (bcache writeback_percent).
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=40
+	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
+
+	// flushPeriod is the longest dirty data may stay on the cache device only: at least this
+	// often the agent runs an unthrottled writeback pass. 0s turns time-based flushing off.
+	// +optional
+	// +kubebuilder:default="5m"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="flushPeriod must be a duration such as 30s, 5m or 1h30m"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('10s') && duration(self) <= duration('24h'))",message="flushPeriod must be 0s (off) or between 10s and 24h"
+	FlushPeriod *metav1.Duration `json:"flushPeriod,omitempty"`
+
+	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
+	// +optional
+	// +kubebuilder:default="4Mi"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('0')) >= 0 && quantity(string(self)).compareTo(quantity('1Gi')) <= 0",message="sequentialCutoff must be a whole number of bytes from 0 to 1Gi"
+	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
+
+	// replacementPolicy is how bcache chooses buckets to evict.
+	// +optional
+	// +kubebuilder:default=lru
+	ReplacementPolicy ReplacementPolicy `json:"replacementPolicy,omitempty"`
+
+	// volume says how the device is offered as a PersistentVolume.
+	// +optional
+	// +kubebuilder:default={}
+	Volume VolumeSpec `json:"volume,omitempty"`
+
+	// safety configures the durability checks.
+	// +optional
+	// +kubebuilder:default={}
+	Safety SafetySpec `json:"safety,omitempty"`
+
+	// wipe is consent to erase existing signatures on the named devices. Absent, a device that
+	// carries anything but this volume's own bcache superblock is refused.
+	// +optional
+	Wipe *WipeSpec `json:"wipe,omitempty"`
+
+	// deletionPolicy is what deleting this object does: Teardown (default) or Orphan.
+	// It may be changed while a deletion waits, to stop waiting.
+	// +optional
+	// +kubebuilder:default=Teardown
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+}
+
+// VolumePhase summarises the conditions for people; programs should read the conditions.
+// +kubebuilder:validation:Enum=Pending;Provisioning;Ready;Flushing;Degraded;Failed;Deleting
+type VolumePhase string
+
+// Phases of a FlashCacheVolume.
+const (
+	PhasePending      VolumePhase = "Pending"
+	PhaseProvisioning VolumePhase = "Provisioning"
+	PhaseReady        VolumePhase = "Ready"
+	PhaseFlushing     VolumePhase = "Flushing"
+	PhaseDegraded     VolumePhase = "Degraded"
+	PhaseFailed       VolumePhase = "Failed"
+	PhaseDeleting     VolumePhase = "Deleting"
+)
+
+// DeviceStatus is the bcache device the agent built.
+type DeviceStatus struct {
+	// name is the kernel name (bcache0). It can change across reboots; use path.
+	// +optional
+	Name string `json:"name,omitempty"`
+	// path is the stable path of the bcache device on the node; the PersistentVolume points at it.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// cacheSetUUID is the bcache cache set's UUID.
+	// +optional
+	CacheSetUUID string `json:"cacheSetUUID,omitempty"`
+	// backingUUID is the UUID in the backing device's bcache superblock.
+	// +optional
+	BackingUUID string `json:"backingUUID,omitempty"`
+	// capacity is the size of the bcache device.
+	// +optional
+	Capacity *resource.Quantity `json:"capacity,omitempty"`
+	// cacheMode is the mode the kernel reports now (writethrough while a drain holds the volume).
+	// +optional
+	CacheMode CacheMode `json:"cacheMode,omitempty"`
+	// state is bcache's state: no cache, clean, dirty or inconsistent.
+	// +optional
+	State string `json:"state,omitempty"`
+}
+
+// SafetyVerdict is the outcome of the durability checks.
+// +kubebuilder:validation:Enum=Safe;Unsafe;Unknown
+type SafetyVerdict string
+
+// Verdicts of the durability checks.
+const (
+	SafetyVerdictSafe    SafetyVerdict = "Safe"
+	SafetyVerdictUnsafe  SafetyVerdict = "Unsafe"
+	SafetyVerdictUnknown SafetyVerdict = "Unknown"
+)
+
+// SafetyStatus is the last verdict of the durability checks.
+type SafetyStatus struct {
+	// verdict is Safe, Unsafe or Unknown.
+	// +optional
+	Verdict SafetyVerdict `json:"verdict,omitempty"`
+	// reasons explain the verdict to a person.
+	// +optional
+	// +listType=atomic
+	Reasons []string `json:"reasons,omitempty"`
+	// checkedAt is when the checks ran.
+	// +optional
+	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+}
+
+// FlashCacheVolumeStatus is what the operator and the node agent observed. The agent owns what
+// it sees on the host (device, dirty data, hit ratio, safety, its conditions, observedGeneration);
+// the operator owns phase, persistentVolumeName and the Ready condition. Each writes with
+// server-side apply under its own field manager.
+type FlashCacheVolumeStatus struct {
+	// phase summarises the conditions.
+	// +optional
+	Phase VolumePhase `json:"phase,omitempty"`
+
+	// observedGeneration is the spec generation the node agent last applied to the host.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// persistentVolumeName is the PersistentVolume the operator published for this volume.
+	// +optional
+	PersistentVolumeName string `json:"persistentVolumeName,omitempty"`
+
+	// device is the bcache device on the node.
+	// +optional
+	Device *DeviceStatus `json:"device,omitempty"`
+
+	// dirtyData is how much data is on the cache device only.
+	// +optional
+	DirtyData *resource.Quantity `json:"dirtyData,omitempty"`
+
+	// hitRatioPercent is the share of reads served from the cache since the device started.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	HitRatioPercent *int32 `json:"hitRatioPercent,omitempty"`
+
+	// cacheWearPercent is the cache device's estimate of its life used (NVMe percentage_used).
+	// +optional
+	CacheWearPercent *int32 `json:"cacheWearPercent,omitempty"`
+
+	// safety is the last verdict of the durability checks.
+	// +optional
+	Safety *SafetyStatus `json:"safety,omitempty"`
+
+	// conditions: Ready (operator), Provisioned, SafetyChecked, Flushing, Degraded (agent).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FlashCacheVolume is an SSD caching a slower disk on one node through bcache, offered to pods as
+// a PersistentVolume. It is cluster-scoped, like the PersistentVolume it produces and the node
+// whose disks it takes.
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=fcv,categories=flashcache
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.nodeName`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Dirty",type=string,JSONPath=`.status.dirtyData`
+// +kubebuilder:printcolumn:name="Hit Ratio",type=integer,JSONPath=`.status.hitRatioPercent`
+// +kubebuilder:printcolumn:name="PV",type=string,JSONPath=`.status.persistentVolumeName`,priority=1
+// +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.device.path`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lower-case letters, digits and '-'): it is used as a label value"
+type FlashCacheVolume struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +required
+	Spec FlashCacheVolumeSpec `json:"spec"`
+	// +optional
+	Status FlashCacheVolumeStatus `json:"status,omitempty"`
+}
+
+// FlashCacheVolumeList is a list of FlashCacheVolumes.
+// +kubebuilder:object:root=true
+type FlashCacheVolumeList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []FlashCacheVolume `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&FlashCacheVolume{}, &FlashCacheVolumeList{})
+}
