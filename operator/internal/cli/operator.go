@@ -1,0 +1,119 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/controller"
+	"github.com/flashcache/flashcache/operator/internal/version"
+)
+
+type operatorOptions struct {
+	kubeconfig              string
+	metricsAddr             string
+	probeAddr               string
+	leaderElect             bool
+	leaderElectionNamespace string
+	zap                     zap.Options
+}
+
+func newOperatorCommand() *cobra.Command {
+	opts := operatorOptions{zap: zap.Options{Development: false}}
+	cmd := &cobra.Command{
+		Use:   "operator",
+		Short: "Run the operator: publish PersistentVolumes for FlashCacheVolumes and guard their deletion",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runOperator(cmd, opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, then in-cluster")
+	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8080", "address of the Prometheus metrics endpoint; 0 turns it off")
+	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
+	f.BoolVar(&opts.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
+	f.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease; empty: the pod's own")
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	opts.zap.BindFlags(goFlags)
+	f.AddGoFlagSet(goFlags)
+	return cmd
+}
+
+func runOperator(cmd *cobra.Command, opts operatorOptions) error {
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
+	log := ctrl.Log.WithName("operator")
+	log.Info("starting", "version", version.Get().Version)
+
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fcv1.AddToScheme(scheme))
+
+	cacheOpts, err := controller.CacheOptions()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   cacheOpts,
+		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress:  opts.probeAddr,
+		LeaderElection:          opts.leaderElect,
+		LeaderElectionID:        "flashcache-operator.flashcache.io",
+		LeaderElectionNamespace: opts.leaderElectionNamespace,
+		// The process exits right after the manager stops, so release the lease at once
+		// rather than make the next replica wait for it to expire.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	if err := (&controller.FlashCacheVolumeReconciler{
+		Client:    mgr.GetClient(),
+		APIReader: mgr.GetAPIReader(),
+		Recorder:  mgr.GetEventRecorder("flashcache-operator"),
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up FlashCacheVolume controller: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}
+
+// restConfig reads the named kubeconfig, or falls back to $KUBECONFIG and the in-cluster config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := ctrl.GetConfig()
+		if err != nil {
+			return nil, fmt.Errorf("finding the API server (set --kubeconfig or $KUBECONFIG outside a cluster): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading --kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,90 @@
+// Package cli wires the flashcache subcommands; each front end stays thin.
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flashcache/flashcache/operator/internal/version"
+)
+
+// errNotBuilt marks subcommands whose front end does not exist yet.
+var errNotBuilt = errors.New("not built yet")
+
+// NewRootCommand returns the `flashcache` command with every subcommand.
+func NewRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "flashcache",
+		Short:         "SSD-cached block devices (bcache) for databases, on Kubernetes or plain hosts",
+		SilenceUsage:  true,
+		SilenceErrors: false,
+	}
+	root.AddCommand(
+		newOperatorCommand(),
+		notBuiltCommand("agent", "Run the node agent that builds and watches this node's volumes"),
+		newNodeCommand(),
+		newVersionCommand(),
+	)
+	return root
+}
+
+func newNodeCommand() *cobra.Command {
+	node := &cobra.Command{
+		Use:   "node",
+		Short: "Plan, apply, check and flush volumes on this host without Kubernetes",
+	}
+	node.AddCommand(
+		notBuiltCommand("plan", "Print the actions that apply would take"),
+		notBuiltCommand("apply", "Build or adopt the volumes of a spec on this host"),
+		notBuiltCommand("check", "Run the durability and wear checks"),
+		notBuiltCommand("flush", "Flush dirty data to the backing device and hold writethrough"),
+		notBuiltCommand("teardown", "Flush, detach and remove a volume"),
+	)
+	return node
+}
+
+func notBuiltCommand(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short + " (not built yet)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return fmt.Errorf("flashcache %s: %w", cmd.CommandPath()[len("flashcache "):], errNotBuilt)
+		},
+	}
+}
+
+func newVersionCommand() *cobra.Command {
+	var output string
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			info := version.Get()
+			switch output {
+			case "json":
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(info)
+			case "text":
+				_, err := fmt.Fprintf(cmd.OutOrStdout(), "flashcache %s (commit %s, %s, %s)\n",
+					info.Version, orUnknown(info.Commit), info.GoVersion, info.Platform)
+				return err
+			default:
+				return fmt.Errorf("--output: unknown format %q (want text or json)", output)
+			}
+		},
+	}
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	return cmd
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return s
+}
