@@ -98,10 +98,11 @@ func (r *FlashCacheVolumeReconciler) reconcilePersistentVolume(ctx context.Conte
 	if err != nil {
 		return operatorStatus{}, ctrl.Result{}, err
 	}
+	conflict := notReady(fcv1.ReasonPersistentVolumeConflict,
+		"PersistentVolume %s exists but was not published for this FlashCacheVolume (uid %s); delete it or rename this volume",
+		persistentVolumeName(fcv), fcv.UID)
 	if pv != nil && !ownedBy(pv, fcv) {
-		return notReady(fcv1.ReasonPersistentVolumeConflict,
-			"PersistentVolume %s exists but was not published for this FlashCacheVolume (uid %s); delete it or rename this volume",
-			pv.Name, fcv.UID), ctrl.Result{}, nil
+		return conflict, ctrl.Result{}, nil
 	}
 
 	provisioned := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned)
@@ -130,10 +131,8 @@ func (r *FlashCacheVolumeReconciler) reconcilePersistentVolume(ctx context.Conte
 		pv = desiredPersistentVolume(fcv, nodeHostname(node.Name, node.Labels))
 		if err := r.Create(ctx, pv); err != nil {
 			if apierrors.IsAlreadyExists(err) {
-				// Someone else's PersistentVolume, invisible to our label-filtered cache.
-				return notReady(fcv1.ReasonPersistentVolumeConflict,
-						"PersistentVolume %s exists but was not published for this FlashCacheVolume; delete it or rename this volume", pv.Name),
-					ctrl.Result{}, nil
+				// Created meanwhile by someone else, unseen by our label-filtered cache.
+				return conflict, ctrl.Result{}, nil
 			}
 			return operatorStatus{}, ctrl.Result{}, fmt.Errorf("creating PersistentVolume %s: %w", pv.Name, err)
 		}

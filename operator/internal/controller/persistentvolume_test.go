@@ -165,6 +165,7 @@ func TestComputePhase(t *testing.T) {
 		{"agent working", []metav1.Condition{cond(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonProvisioning)}, notReady, false, fcv1.PhaseProvisioning},
 		{"agent refused", []metav1.Condition{cond(fcv1.ConditionProvisioned, metav1.ConditionFalse, "DeviceInUse")}, notReady, false, fcv1.PhaseFailed},
 		{"built, PV pending", []metav1.Condition{provisioned}, notReady, false, fcv1.PhaseProvisioning},
+		{"PV conflict before the agent reported", nil, cond(fcv1.ConditionReady, metav1.ConditionFalse, fcv1.ReasonPersistentVolumeConflict), false, fcv1.PhaseFailed},
 		{"built, PV conflict", []metav1.Condition{provisioned}, cond(fcv1.ConditionReady, metav1.ConditionFalse, fcv1.ReasonPersistentVolumeConflict), false, fcv1.PhaseFailed},
 		{"ready", []metav1.Condition{provisioned}, ready, false, fcv1.PhaseReady},
 		{"flushing", []metav1.Condition{provisioned, cond(fcv1.ConditionFlushing, metav1.ConditionTrue, "Drain")}, ready, false, fcv1.PhaseFlushing},

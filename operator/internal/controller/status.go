@@ -28,13 +28,13 @@ func computePhase(fcv *fcv1.FlashCacheVolume, ready metav1.Condition) fcv1.Volum
 	conds := fcv.Status.Conditions
 	provisioned := meta.FindStatusCondition(conds, fcv1.ConditionProvisioned)
 	switch {
+	case failingReadyReasons[ready.Reason]:
+		return fcv1.PhaseFailed
 	case provisioned == nil:
 		return fcv1.PhasePending
 	case provisioned.Status != metav1.ConditionTrue && provisioned.Reason == fcv1.ReasonProvisioning:
 		return fcv1.PhaseProvisioning
 	case provisioned.Status != metav1.ConditionTrue:
-		return fcv1.PhaseFailed
-	case failingReadyReasons[ready.Reason]:
 		return fcv1.PhaseFailed
 	case meta.IsStatusConditionTrue(conds, fcv1.ConditionDegraded):
 		return fcv1.PhaseDegraded
