@@ -20,7 +20,7 @@ CONTROLLER_GEN_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '
 CONTROLLER_GEN := $(FLASHCACHE_CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # Paths that `make generate` owns; `make verify-generated` fails when they are stale.
-GENERATED := crds operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac
+GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac
 
 .PHONY: help
 help: ## List the targets.
@@ -37,10 +37,11 @@ $(CONTROLLER_GEN):
 	cd hack/tools && go build -mod=readonly -o $@.tmp sigs.k8s.io/controller-tools/cmd/controller-gen && mv $@.tmp $@
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs (crds/) and RBAC from the Go types.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types.
 	cd operator && $(CONTROLLER_GEN) object paths=./api/...
 	cd operator && $(CONTROLLER_GEN) applyconfiguration paths=./api/...
-	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=../crds
+	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
+	cp operator/config/crd/bases/*.yaml crds/
 	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
 
 .PHONY: envtest-assets

@@ -31,21 +31,6 @@ func NewRootCommand() *cobra.Command {
 	return root
 }
 
-func newNodeCommand() *cobra.Command {
-	node := &cobra.Command{
-		Use:   "node",
-		Short: "Plan, apply, check and flush volumes on this host without Kubernetes",
-	}
-	node.AddCommand(
-		notBuiltCommand("plan", "Print the actions that apply would take"),
-		notBuiltCommand("apply", "Build or adopt the volumes of a spec on this host"),
-		notBuiltCommand("check", "Run the durability and wear checks"),
-		notBuiltCommand("flush", "Flush dirty data to the backing device and hold writethrough"),
-		notBuiltCommand("teardown", "Flush, detach and remove a volume"),
-	)
-	return node
-}
-
 func notBuiltCommand(use, short string) *cobra.Command {
 	return &cobra.Command{
 		Use:   use,

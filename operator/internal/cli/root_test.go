@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -46,7 +48,7 @@ func TestVersionRejectsUnknownFormat(t *testing.T) {
 }
 
 func TestUnbuiltSubcommandsFailAndSaySo(t *testing.T) {
-	for _, args := range [][]string{{"agent"}, {"node", "apply"}, {"node", "flush"}} {
+	for _, args := range [][]string{{"agent"}, {"node", "check", "--config", "x"}} {
 		_, err := run(t, args...)
 		if !errors.Is(err, errNotBuilt) {
 			t.Errorf("%v: err = %v, want not built yet", args, err)
@@ -58,5 +60,32 @@ func TestOperatorNeedsAReachableKubeconfig(t *testing.T) {
 	_, err := run(t, "operator", "--kubeconfig", "/nonexistent/kubeconfig", "--metrics-bind-address", "0", "--health-probe-bind-address", "0")
 	if err == nil || !strings.Contains(err.Error(), "--kubeconfig") {
 		t.Errorf("err = %v, want one naming --kubeconfig", err)
+	}
+}
+
+func TestNodeCommandsNeedAValidVolumeFile(t *testing.T) {
+	if _, err := run(t, "node", "apply"); err == nil || !strings.Contains(err.Error(), "config") {
+		t.Errorf("no --config: err = %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: v}
+spec:
+  nodeName: h
+  cacheDevice: {path: /dev/sdb}
+  backingDevice: {path: /dev/disk/by-id/ata-x}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Refused before any disk is looked at: /dev/sdb is not even read.
+	for _, sub := range []string{"plan", "apply", "flush", "release", "status"} {
+		_, err := run(t, "node", sub, "--config", bad)
+		if err == nil || !strings.Contains(err.Error(), "spec.cacheDevice.path") {
+			t.Errorf("node %s: err = %v, want one naming spec.cacheDevice.path", sub, err)
+		}
+	}
+	if _, err := run(t, "node", "teardown", "--config", bad); err == nil || !strings.Contains(err.Error(), "--confirm") {
+		t.Errorf("teardown without --confirm: err = %v", err)
 	}
 }

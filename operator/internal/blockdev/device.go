@@ -1,0 +1,275 @@
+package blockdev
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Paths of the kernel's views. The agent runs with hostPID, so PID 1's mount table is the host's
+// and not the container's.
+var (
+	SysClassBlock = "/sys/class/block"
+	SysDevBlock   = "/sys/dev/block"
+	HostMountInfo = "/proc/1/mountinfo"
+	HostSwaps     = "/proc/swaps"
+)
+
+// ErrNotFound is returned for a device path that does not exist.
+var ErrNotFound = errors.New("no such device")
+
+// Device is what the kernel says about one block device.
+type Device struct {
+	// Path is the path the caller named, e.g. /dev/disk/by-id/nvme-...
+	Path string
+	// DevPath is the kernel node it resolves to, e.g. /dev/nvme0n1.
+	DevPath string
+	// Name is the kernel name, e.g. nvme0n1.
+	Name       string
+	MajorMinor string
+	SizeBytes  int64
+	// Parent is the whole disk of a partition; empty for a whole disk.
+	Parent string
+	// Partitions are the kernel names of a whole disk's partitions.
+	Partitions []string
+	// Holders are the devices stacked on this one (bcache0, dm-0, md0).
+	Holders         []string
+	Rotational      bool
+	DiscardMaxBytes int64
+	WriteCache      string // "write back" or "write through"
+	FUA             bool
+	LogicalBlock    int64
+}
+
+// IsPartition says whether the device is a partition of a disk.
+func (d Device) IsPartition() bool { return d.Parent != "" }
+
+// Disk is the whole disk the device is on (itself for a whole disk).
+func (d Device) Disk() string {
+	if d.Parent != "" {
+		return d.Parent
+	}
+	return d.Name
+}
+
+// Inspect resolves path and reads what sysfs says about the block device behind it.
+func Inspect(path string) (Device, error) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Device{}, fmt.Errorf("%s: %w", path, ErrNotFound)
+		}
+		return Device{}, fmt.Errorf("resolving %s: %w", path, err)
+	}
+	fi, err := os.Stat(real)
+	if err != nil {
+		return Device{}, fmt.Errorf("%s: %w", real, err)
+	}
+	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
+		return Device{}, fmt.Errorf("%s (%s) is not a block device", path, real)
+	}
+	name := filepath.Base(real)
+	return inspectName(path, name)
+}
+
+// InspectName reads sysfs for a kernel device name such as nvme0n1p1 or bcache0.
+func InspectName(name string) (Device, error) {
+	return inspectName("/dev/"+name, name)
+}
+
+func inspectName(path, name string) (Device, error) {
+	sys := filepath.Join(SysClassBlock, name)
+	if _, err := os.Stat(sys); err != nil {
+		return Device{}, fmt.Errorf("%s: no %s: %w", path, sys, ErrNotFound)
+	}
+	d := Device{Path: path, DevPath: "/dev/" + name, Name: name}
+	var err error
+	if d.MajorMinor, err = readTrim(filepath.Join(sys, "dev")); err != nil {
+		return d, err
+	}
+	sectors, err := readInt(filepath.Join(sys, "size"))
+	if err != nil {
+		return d, err
+	}
+	d.SizeBytes = sectors * 512
+	queue := filepath.Join(sys, "queue")
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		link, err := filepath.EvalSymlinks(sys)
+		if err != nil {
+			return d, fmt.Errorf("resolving %s: %w", sys, err)
+		}
+		d.Parent = filepath.Base(filepath.Dir(link))
+		queue = filepath.Join(SysClassBlock, d.Parent, "queue")
+	} else {
+		entries, err := os.ReadDir(sys)
+		if err != nil {
+			return d, fmt.Errorf("listing %s: %w", sys, err)
+		}
+		for _, e := range entries {
+			if _, err := os.Stat(filepath.Join(sys, e.Name(), "partition")); err == nil {
+				d.Partitions = append(d.Partitions, e.Name())
+			}
+		}
+		sort.Strings(d.Partitions)
+	}
+	if d.Holders, err = listDir(filepath.Join(sys, "holders")); err != nil {
+		return d, err
+	}
+	rot, _ := readTrim(filepath.Join(queue, "rotational"))
+	d.Rotational = rot == "1"
+	d.DiscardMaxBytes, _ = readInt(filepath.Join(queue, "discard_max_bytes"))
+	d.WriteCache, _ = readTrim(filepath.Join(queue, "write_cache"))
+	fua, _ := readTrim(filepath.Join(queue, "fua"))
+	d.FUA = fua == "1"
+	d.LogicalBlock, _ = readInt(filepath.Join(queue, "logical_block_size"))
+	return d, nil
+}
+
+// MountedAt returns where the device or any of its partitions or holders is mounted or used as
+// swap, according to the host's mount table.
+func MountedAt(d Device) ([]string, error) {
+	ids := map[string]bool{d.MajorMinor: true}
+	names := map[string]bool{d.Name: true}
+	for _, p := range d.Partitions {
+		names[p] = true
+		if mm, err := readTrim(filepath.Join(SysClassBlock, p, "dev")); err == nil {
+			ids[mm] = true
+		}
+	}
+	for _, h := range d.Holders {
+		names[h] = true
+		if mm, err := readTrim(filepath.Join(SysClassBlock, h, "dev")); err == nil {
+			ids[mm] = true
+		}
+	}
+	info, err := os.ReadFile(HostMountInfo)
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's mount table: %w", err)
+	}
+	var where []string
+	for _, m := range ParseMountInfo(string(info)) {
+		if ids[m.MajorMinor] {
+			where = append(where, m.MountPoint)
+		}
+	}
+	if swaps, err := os.ReadFile(HostSwaps); err == nil {
+		for _, line := range strings.Split(string(swaps), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) > 0 && names[filepath.Base(f[0])] {
+				where = append(where, "swap")
+			}
+		}
+	}
+	return where, nil
+}
+
+// RootDisks returns the whole disks under the host's root filesystem, following device-mapper
+// and md stacking down to the disks.
+func RootDisks() ([]string, error) {
+	info, err := os.ReadFile(HostMountInfo)
+	if err != nil {
+		return nil, fmt.Errorf("reading the host's mount table: %w", err)
+	}
+	var rootID string
+	for _, m := range ParseMountInfo(string(info)) {
+		if m.MountPoint == "/" {
+			rootID = m.MajorMinor
+		}
+	}
+	if rootID == "" {
+		return nil, fmt.Errorf("no root filesystem in %s", HostMountInfo)
+	}
+	link, err := filepath.EvalSymlinks(filepath.Join(SysDevBlock, rootID))
+	if err != nil {
+		// A root on a filesystem without a block device (tmpfs, overlay, 9p) has no disk.
+		return nil, nil
+	}
+	disks := map[string]bool{}
+	var walk func(name string, depth int)
+	walk = func(name string, depth int) {
+		if depth > 8 {
+			return
+		}
+		d, err := InspectName(name)
+		if err != nil {
+			return
+		}
+		slaves, _ := listDir(filepath.Join(SysClassBlock, d.Disk(), "slaves"))
+		if d.IsPartition() {
+			partSlaves, _ := listDir(filepath.Join(SysClassBlock, name, "slaves"))
+			slaves = append(slaves, partSlaves...)
+		}
+		if len(slaves) == 0 {
+			disks[d.Disk()] = true
+			return
+		}
+		for _, s := range slaves {
+			walk(s, depth+1)
+		}
+	}
+	walk(filepath.Base(link), 0)
+	out := make([]string, 0, len(disks))
+	for d := range disks {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ReadSysfs reads one sysfs attribute, trimmed.
+func ReadSysfs(path string) (string, error) { return readTrim(path) }
+
+// WriteSysfs writes one sysfs attribute. The kernel's error (EINVAL, EBUSY) is the answer.
+func WriteSysfs(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	if _, err := f.WriteString(value); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %q to %s: %w", value, path, err)
+	}
+	return nil
+}
+
+func readTrim(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("reading %s: %w", path, err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func readInt(path string) (int64, error) {
+	s, err := readTrim(path)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %q is not a number", path, s)
+	}
+	return v, nil
+}
+
+func listDir(path string) ([]string, error) {
+	entries, err := os.ReadDir(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing %s: %w", path, err)
+	}
+	names := make([]string, 0, len(entries))
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names, nil
+}

@@ -1,0 +1,83 @@
+// Package blockdev is the one place where flashcache touches block devices: every external
+// command it runs (blkid, wipefs, blkdiscard, sgdisk, make-bcache, bcache-super-show, ...) and
+// every sysfs file it reads or writes goes through this package.
+package blockdev
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+)
+
+// DefaultTimeout bounds one command when the caller's context has no earlier deadline. A disk
+// that hangs a command must surface as an error, not as a stuck agent.
+const DefaultTimeout = 2 * time.Minute
+
+// CommandError is a command that failed, with what it printed.
+type CommandError struct {
+	Command  string
+	ExitCode int
+	Stderr   string
+	Err      error
+}
+
+func (e *CommandError) Error() string {
+	msg := strings.TrimSpace(e.Stderr)
+	if msg == "" {
+		msg = e.Err.Error()
+	}
+	return fmt.Sprintf("%s: exit %d: %s", e.Command, e.ExitCode, msg)
+}
+
+func (e *CommandError) Unwrap() error { return e.Err }
+
+// Runner runs external commands with a context and a timeout and captures their output.
+type Runner struct {
+	// Timeout bounds each command; zero means DefaultTimeout.
+	Timeout time.Duration
+	// Log records every command run at verbosity 1.
+	Log logr.Logger
+}
+
+// Run runs name with args and returns its standard output.
+func (r Runner) Run(ctx context.Context, name string, args ...string) (string, error) {
+	return r.RunInput(ctx, nil, name, args...)
+}
+
+// RunInput runs name with args, feeding stdin, and returns its standard output.
+func (r Runner) RunInput(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	timeout := r.Timeout
+	if timeout == 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	line := strings.Join(append([]string{name}, args...), " ")
+	start := time.Now()
+	err := cmd.Run()
+	r.Log.V(1).Info("ran", "command", line, "seconds", time.Since(start).Seconds(), "error", err)
+	if err != nil {
+		ce := &CommandError{Command: line, ExitCode: -1, Stderr: stderr.String(), Err: err}
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			ce.ExitCode = exitErr.ExitCode()
+		}
+		if ctx.Err() != nil {
+			ce.Err = fmt.Errorf("%w (after %s)", ctx.Err(), time.Since(start).Round(time.Millisecond))
+		}
+		return stdout.String(), ce
+	}
+	return stdout.String(), nil
+}

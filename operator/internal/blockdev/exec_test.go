@@ -1,0 +1,38 @@
+package blockdev
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRunnerCapturesStdoutAndStdin(t *testing.T) {
+	out, err := Runner{}.RunInput(context.Background(), []byte("hello"), "cat")
+	if err != nil || out != "hello" {
+		t.Errorf("out %q err %v", out, err)
+	}
+}
+
+func TestRunnerErrorCarriesExitCodeAndStderr(t *testing.T) {
+	_, err := Runner{}.Run(context.Background(), "sh", "-c", "echo device busy >&2; exit 3")
+	var ce *CommandError
+	if !errors.As(err, &ce) {
+		t.Fatalf("err = %v, want *CommandError", err)
+	}
+	if ce.ExitCode != 3 || !strings.Contains(err.Error(), "device busy") || !strings.Contains(err.Error(), "sh -c") {
+		t.Errorf("err = %v (exit %d)", err, ce.ExitCode)
+	}
+}
+
+func TestRunnerTimesOut(t *testing.T) {
+	start := time.Now()
+	_, err := Runner{Timeout: 200 * time.Millisecond}.Run(context.Background(), "sleep", "10")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want deadline exceeded", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("timeout did not stop the command: %s", time.Since(start))
+	}
+}

@@ -1,0 +1,267 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap/zapcore"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/volumefile"
+)
+
+type nodeOptions struct {
+	config  string
+	output  string
+	volume  string
+	holdDir string
+	verbose bool
+}
+
+// volumeReport is one volume's outcome in `-o json`.
+type volumeReport struct {
+	Name     string                 `json:"name"`
+	Changed  bool                   `json:"changed"`
+	Steps    []engine.Step          `json:"steps,omitempty"`
+	Warnings []string               `json:"warnings,omitempty"`
+	Status   *engine.Status         `json:"status,omitempty"`
+	Flush    *engine.FlushResult    `json:"flush,omitempty"`
+	Teardown *engine.TeardownResult `json:"teardown,omitempty"`
+	Error    *reportError           `json:"error,omitempty"`
+}
+
+type reportError struct {
+	Reason  string `json:"reason,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+}
+
+type nodeReport struct {
+	Changed bool           `json:"changed"`
+	Failed  bool           `json:"failed"`
+	Volumes []volumeReport `json:"volumes"`
+}
+
+// errVolumesFailed makes the command exit non-zero after the report was printed.
+var errVolumesFailed = errors.New("one or more volumes failed")
+
+func newNodeCommand() *cobra.Command {
+	opts := &nodeOptions{}
+	node := &cobra.Command{
+		Use:   "node",
+		Short: "Plan, apply, flush and tear down volumes on this host, without Kubernetes",
+		Long: `Works on the FlashCacheVolumes of a file (the same YAML as kubectl apply), on this host,
+as root. The file is checked with the CRD's own schema and rules before any disk is touched.`,
+	}
+	f := node.PersistentFlags()
+	f.StringVarP(&opts.config, "config", "c", "", "FlashCacheVolume file (YAML, several documents allowed; - for stdin)")
+	f.StringVarP(&opts.output, "output", "o", "text", "output: text or json")
+	f.StringVar(&opts.volume, "volume", "", "act on this volume of the file only")
+	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded")
+	f.BoolVarP(&opts.verbose, "verbose", "v", false, "log every command run")
+	_ = node.MarkPersistentFlagRequired("config")
+
+	var timeout time.Duration
+	var pass, confirm bool
+	flush := &cobra.Command{
+		Use:   "flush",
+		Short: "Write all dirty data to the backing device and hold the volume in writethrough",
+		Long: `Blocking flush: switches to writethrough, unthrottles writeback and waits until bcache
+reports the volume clean, printing progress. The volume stays in writethrough (held) until
+'flashcache node release'. With --pass, the time-based flush behind flushPeriod: flush if dirty,
+then go back to the configured mode (a held volume stays held).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				var res *engine.FlushResult
+				var err error
+				if pass {
+					res, err = e.FlushPass(ctx, v, timeout)
+				} else {
+					res, err = e.Flush(ctx, v, timeout, func(p engine.FlushProgress) {
+						if opts.output == "text" {
+							fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s dirty, %s, %.1f MiB/s, about %s left\n", v.Name,
+								mib(p.DirtyBytes), p.State, p.BytesPerSecond/(1<<20), p.ETA.Round(time.Second))
+						}
+					})
+				}
+				r.Flush = res
+				r.Changed = res != nil && res.FlushedBytes > 0
+				return err
+			})
+		},
+	}
+	flush.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up (and stay in writethrough) after this long")
+	flush.Flags().BoolVar(&pass, "pass", false, "flush then restore the configured mode (time-based flushing)")
+
+	teardown := &cobra.Command{
+		Use:   "teardown",
+		Short: "Flush, detach and remove a volume, erasing its bcache signatures (its data becomes unreachable)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !confirm {
+				return fmt.Errorf("teardown erases the volume's bcache signatures and its data becomes unreachable: pass --confirm")
+			}
+			return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				res, err := e.Teardown(ctx, v, timeout)
+				r.Teardown = res
+				r.Changed = res != nil && res.Changed
+				return err
+			})
+		},
+	}
+	teardown.Flags().BoolVar(&confirm, "confirm", false, "confirm that the volume is to be destroyed")
+	teardown.Flags().DurationVar(&timeout, "flush-timeout", time.Hour, "how long the final flush may take")
+
+	node.AddCommand(
+		&cobra.Command{
+			Use:   "plan",
+			Short: "Print the steps apply would take, changing nothing",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+					steps, err := e.PlanOnly(ctx, v, engine.Desired{})
+					r.Steps = steps
+					r.Changed = len(steps) > 0
+					return err
+				})
+			},
+		},
+		&cobra.Command{
+			Use:   "apply",
+			Short: "Build or adopt the volumes and set their tunables",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+					res, err := e.Apply(ctx, v, engine.Desired{})
+					if res != nil {
+						r.Changed, r.Steps, r.Warnings, r.Status = res.Changed, res.Steps, res.Warnings, res.Status
+					}
+					return err
+				})
+			},
+		},
+		&cobra.Command{
+			Use:   "status",
+			Short: "Report the volumes as the kernel sees them",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+					s, err := e.Status(ctx, v)
+					r.Status = s
+					return err
+				})
+			},
+		},
+		flush,
+		&cobra.Command{
+			Use:   "release",
+			Short: "End a flush's hold and restore the configured mode",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+					res, err := e.Release(ctx, v)
+					if res != nil {
+						r.Changed, r.Steps, r.Status = res.Changed, res.Steps, res.Status
+					}
+					return err
+				})
+			},
+		},
+		teardown,
+		notBuiltCommand("check", "Run the durability and wear checks"),
+	)
+	return node
+}
+
+// runNode loads the volume file and runs act for each volume, printing one report.
+func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error) error {
+	if opts.output != "text" && opts.output != "json" {
+		return fmt.Errorf("--output: unknown format %q (want text or json)", opts.output)
+	}
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	volumes, err := volumefile.Load(ctx, opts.config)
+	if err != nil {
+		return fmt.Errorf("--config %s: %w", opts.config, err)
+	}
+	level := zapcore.InfoLevel
+	if opts.verbose {
+		level = zapcore.DebugLevel // the runner logs each command at V(1)
+	}
+	log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder(), zap.Level(level))
+	e := &engine.Engine{Run: blockdev.Runner{Log: log}, Log: log, HoldDir: opts.holdDir}
+	report := nodeReport{Volumes: []volumeReport{}}
+	found := false
+	for _, v := range volumes {
+		if opts.volume != "" && v.Name != opts.volume {
+			continue
+		}
+		found = true
+		r := volumeReport{Name: v.Name}
+		if err := act(ctx, e, v, &r); err != nil {
+			r.Error = &reportError{Message: err.Error()}
+			var refusal *engine.Refusal
+			if errors.As(err, &refusal) {
+				r.Error.Reason, r.Error.Field = refusal.Reason, refusal.Field
+			}
+			report.Failed = true
+		}
+		report.Changed = report.Changed || r.Changed
+		report.Volumes = append(report.Volumes, r)
+	}
+	if !found {
+		return fmt.Errorf("--volume: no volume %q in %s", opts.volume, opts.config)
+	}
+	if err := printReport(cmd.OutOrStdout(), opts.output, report); err != nil {
+		return err
+	}
+	if report.Failed {
+		return errVolumesFailed
+	}
+	return nil
+}
+
+func printReport(w io.Writer, output string, report nodeReport) error {
+	if output == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(report)
+	}
+	for _, r := range report.Volumes {
+		fmt.Fprintf(w, "%s: changed=%v\n", r.Name, r.Changed)
+		for _, s := range r.Steps {
+			fmt.Fprintf(w, "  - %s\n", s)
+		}
+		for _, warn := range r.Warnings {
+			fmt.Fprintf(w, "  warning: %s\n", warn)
+		}
+		if s := r.Status; s != nil && s.Device != "" {
+			fmt.Fprintf(w, "  %s (%s): %s, %s, %s dirty, %s\n", s.StablePath, s.Device, s.CacheMode, s.State, mib(s.DirtyBytes), mib(s.CapacityBytes))
+		}
+		if f := r.Flush; f != nil {
+			fmt.Fprintf(w, "  flushed %s in %s (%.1f MiB/s), held=%v\n", mib(f.FlushedBytes), f.Duration.Round(time.Millisecond), f.BytesPerSecond/(1<<20), f.Held)
+		}
+		if t := r.Teardown; t != nil {
+			for _, s := range t.Steps {
+				fmt.Fprintf(w, "  - %s\n", s)
+			}
+		}
+		if r.Error != nil {
+			fmt.Fprintf(w, "  error: %s\n", r.Error.Message)
+		}
+	}
+	return nil
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }

@@ -1,0 +1,275 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+// Engine runs the node work for volumes on this host.
+type Engine struct {
+	Run blockdev.Runner
+	Log logr.Logger
+	// HoldDir keeps a marker per volume held in writethrough by a flush, so that a later apply,
+	// even after a reboot, does not switch it back to writeback behind the drain's back.
+	HoldDir string
+}
+
+// DefaultHoldDir is where holds live on a host; the agent mounts it from the host.
+const DefaultHoldDir = "/var/lib/flashcache/holds"
+
+const (
+	// maxRounds bounds observe-plan-act; a volume needs about fifteen steps from blank disks.
+	maxRounds = 40
+	// appearTimeout bounds waiting for the kernel to show a partition or a registered device.
+	appearTimeout = 30 * time.Second
+	// discardTimeout bounds a whole-device discard, which takes minutes on large, slow SSDs.
+	discardTimeout = 15 * time.Minute
+)
+
+// Result is what apply did and what the volume looks like now.
+type Result struct {
+	Changed  bool     `json:"changed"`
+	Steps    []Step   `json:"steps"`
+	Warnings []string `json:"warnings,omitempty"`
+	Status   *Status  `json:"status,omitempty"`
+}
+
+// Apply builds or adopts the volume and sets its tunables, one step at a time, observing again
+// after each step. Run again after an interruption, it continues where the host is.
+func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
+	res := &Result{Steps: []Step{}}
+	want.Hold = want.Hold || e.held(v)
+	for range maxRounds {
+		o, err := e.Observe(ctx, v)
+		if err != nil {
+			return res, err
+		}
+		steps, err := Plan(v, o, want)
+		if err != nil {
+			return res, err
+		}
+		if len(steps) == 0 {
+			if o.Cache.DiscardMaxBytes == 0 {
+				res.Warnings = append(res.Warnings, fmt.Sprintf("%s does not support discard: the spare area is not known to the SSD as free", o.Cache.DevPath))
+			}
+			res.Status = statusOf(v, o)
+			return res, nil
+		}
+		e.Log.Info("applying", "volume", v.Name, "step", steps[0].String())
+		if err := e.execute(ctx, v, o, steps[0]); err != nil {
+			return res, fmt.Errorf("%s: %w", steps[0].Kind, err)
+		}
+		res.Changed = true
+		res.Steps = append(res.Steps, steps[0])
+	}
+	return res, fmt.Errorf("volume %s did not converge in %d steps; last steps: %v", v.Name, maxRounds, res.Steps[len(res.Steps)-3:])
+}
+
+// PlanOnly observes and plans without changing anything: `flashcache node plan`.
+func (e *Engine) PlanOnly(ctx context.Context, v Volume, want Desired) ([]Step, error) {
+	want.Hold = want.Hold || e.held(v)
+	o, err := e.Observe(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	return Plan(v, o, want)
+}
+
+func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) error {
+	switch s.Kind {
+	case StepWipeCache:
+		return e.wipeAll(ctx, o.Cache)
+	case StepWipeBacking:
+		return e.wipeAll(ctx, o.Backing)
+	case StepDiscardCache:
+		discard := e.Run
+		discard.Timeout = discardTimeout
+		_, err := discard.Run(ctx, "blkdiscard", "--force", o.Cache.DevPath)
+		return err
+	case StepPartitionCache:
+		if _, err := e.Run.Run(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
+			return err
+		}
+		if _, err := e.Run.Run(ctx, "sgdisk",
+			fmt.Sprintf("--new=1:%d:%d", s.Start, s.End),
+			"--typecode=1:8300",
+			"--change-name=1:"+s.Label,
+			o.Cache.DevPath); err != nil {
+			return err
+		}
+		return e.waitForPartition(ctx, o.Cache)
+	case StepMakeCache:
+		policy := string(v.Spec.ReplacementPolicy)
+		if policy == "" {
+			policy = "lru"
+		}
+		if o.CachePart == nil {
+			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+		}
+		_, err := e.Run.Run(ctx, "make-bcache", "--wipe-bcache", "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
+		return err
+	case StepMakeBacking:
+		_, err := e.Run.Run(ctx, "make-bcache", "--wipe-bcache", "--label", s.Label, "-B", o.Backing.DevPath)
+		return err
+	case StepRegisterCache:
+		if o.CachePart == nil {
+			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+		}
+		if err := blockdev.Register(o.CachePart.DevPath); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, "the kernel to register "+o.CachePart.DevPath, func() (bool, error) {
+			reg, err := blockdev.RegisteredCache(o.CachePart.Name)
+			return reg != nil, err
+		})
+	case StepRegisterBacking:
+		if err := blockdev.Register(o.Backing.DevPath); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, "the kernel to register "+o.Backing.DevPath, func() (bool, error) {
+			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+			return reg != nil, err
+		})
+	case StepAttach:
+		if o.BackingReg == nil || s.Value == "" {
+			return fmt.Errorf("nothing to attach yet")
+		}
+		if err := blockdev.SetKnob(o.BackingReg.Sysfs, "attach", s.Value); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, "the backing device to attach to cache set "+s.Value, func() (bool, error) {
+			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+			return reg != nil && reg.AttachedSet == s.Value, err
+		})
+	case StepSetTunable:
+		if o.BackingReg == nil {
+			return fmt.Errorf("the bcache device is not running")
+		}
+		return e.setAndVerify(o.BackingReg.Sysfs, s)
+	case StepSetCacheTunable:
+		if o.CachePart == nil {
+			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+		}
+		return e.setAndVerify(cacheKnobDir(o.CachePart.Name), s)
+	case StepLinkStablePath:
+		if o.BackingReg == nil {
+			return fmt.Errorf("the bcache device is not running")
+		}
+		return linkAtomically("/dev/"+o.BackingReg.Device, v.StablePath())
+	}
+	return fmt.Errorf("unknown step %q", s.Kind)
+}
+
+// setAndVerify writes a tunable and reads it back: the kernel clamps some values silently.
+func (e *Engine) setAndVerify(dir string, s Step) error {
+	if err := blockdev.SetKnob(dir, s.Tunable, s.Value); err != nil {
+		return err
+	}
+	got, err := blockdev.Knob(dir, s.Tunable)
+	if err != nil {
+		return err
+	}
+	if active, err := blockdev.ActiveChoice(got); err == nil {
+		got = active
+	}
+	if got != s.Value {
+		if a, err1 := blockdev.ParseHumanSize(got); err1 == nil {
+			if b, err2 := strconv.ParseInt(s.Value, 10, 64); err2 == nil && humanSize(a) == humanSize(b) {
+				return nil
+			}
+		}
+		return fmt.Errorf("%s/%s reads back %q after writing %q", dir, s.Tunable, got, s.Value)
+	}
+	return nil
+}
+
+// wipeAll erases the signatures on a disk's partitions and then on the disk itself, and makes the
+// kernel forget the old partitions. Called only with the spec's consent.
+func (e *Engine) wipeAll(ctx context.Context, d blockdev.Device) error {
+	for _, p := range d.Partitions {
+		if _, err := e.Run.Run(ctx, "wipefs", "--all", "--force", "/dev/"+p); err != nil {
+			return err
+		}
+	}
+	if _, err := e.Run.Run(ctx, "wipefs", "--all", "--force", d.DevPath); err != nil {
+		return err
+	}
+	if len(d.Partitions) > 0 {
+		if _, err := e.Run.Run(ctx, "partx", "--delete", d.DevPath); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) waitForPartition(ctx context.Context, disk blockdev.Device) error {
+	return e.waitUntil(ctx, "partition 1 of "+disk.DevPath, func() (bool, error) {
+		d, err := blockdev.InspectName(disk.Name)
+		if err != nil || len(d.Partitions) == 0 {
+			return false, nil
+		}
+		_, err = os.Stat("/dev/" + d.Partitions[0])
+		return err == nil, nil
+	})
+}
+
+func (e *Engine) waitUntil(ctx context.Context, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, appearTimeout)
+	defer cancel()
+	return blockdev.WaitFor(ctx, 100*time.Millisecond, what, cond)
+}
+
+// linkAtomically points link at target, replacing an older link in one rename.
+func linkAtomically(target, link string) error {
+	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+		return fmt.Errorf("creating %s: %w", filepath.Dir(link), err)
+	}
+	tmp := link + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("linking %s: %w", link, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		return fmt.Errorf("linking %s: %w", link, err)
+	}
+	return nil
+}
+
+func (e *Engine) holdPath(v Volume) string {
+	dir := e.HoldDir
+	if dir == "" {
+		dir = DefaultHoldDir
+	}
+	return filepath.Join(dir, v.Name)
+}
+
+func (e *Engine) held(v Volume) bool {
+	_, err := os.Stat(e.holdPath(v))
+	return err == nil
+}
+
+func (e *Engine) setHold(v Volume, on bool) error {
+	path := e.holdPath(v)
+	if !on {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("releasing hold: %w", err)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("recording hold: %w", err)
+	}
+	if err := os.WriteFile(path, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
+		return fmt.Errorf("recording hold: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,143 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+// Observation is the host state that matters to one volume, read fresh before every step.
+type Observation struct {
+	RootDisks []string
+
+	Cache       blockdev.Device
+	CacheSigs   []blockdev.Signature
+	CacheMounts []string
+	// CachePart is the cache disk's first partition, when there is one.
+	CachePart     *blockdev.Device
+	CachePartName string
+	CachePartSigs []blockdev.Signature
+	CacheSB       *blockdev.SuperBlock
+	CacheReg      *blockdev.CacheRegistration
+
+	Backing       blockdev.Device
+	BackingSigs   []blockdev.Signature
+	BackingMounts []string
+	BackingSB     *blockdev.SuperBlock
+	BackingReg    *blockdev.BackingRegistration
+
+	// Knobs are the bcache device's tunables as the kernel reports them, when it runs.
+	Knobs map[string]string
+	// CacheKnobs are the cache device's tunables (replacement policy).
+	CacheKnobs map[string]string
+	// StableTarget is where the volume's stable link points now ("" when it does not exist).
+	StableTarget string
+}
+
+// backingKnobs are the backing device's tunables the engine manages.
+var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "sequential_cutoff", "state", "dirty_data", "label"}
+
+// Observe reads what the kernel and the disks say about the volume's devices.
+func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
+	o := &Observation{}
+	var err error
+	if o.RootDisks, err = blockdev.RootDisks(); err != nil {
+		return nil, err
+	}
+	if o.Cache, err = blockdev.Inspect(v.Spec.CacheDevice.Path); err != nil {
+		return nil, fmt.Errorf("cacheDevice.path: %w", err)
+	}
+	if o.Backing, err = e.backingDevice(ctx, v); err != nil {
+		return nil, err
+	}
+	if o.CacheMounts, err = blockdev.MountedAt(o.Cache); err != nil {
+		return nil, err
+	}
+	if o.BackingMounts, err = blockdev.MountedAt(o.Backing); err != nil {
+		return nil, err
+	}
+	if o.CacheSigs, err = e.Run.Signatures(ctx, o.Cache.DevPath); err != nil {
+		return nil, err
+	}
+	if o.BackingSigs, err = e.Run.Signatures(ctx, o.Backing.DevPath); err != nil {
+		return nil, err
+	}
+
+	if len(o.Cache.Partitions) > 0 {
+		part, err := blockdev.InspectName(o.Cache.Partitions[0])
+		if err != nil {
+			return nil, err
+		}
+		o.CachePart = &part
+		if o.CachePartName, err = blockdev.PartitionName(part.Name); err != nil {
+			return nil, err
+		}
+		if o.CachePartSigs, err = e.Run.Signatures(ctx, part.DevPath); err != nil {
+			return nil, err
+		}
+		if hasType(o.CachePartSigs, "bcache") {
+			sb, err := e.Run.SuperShow(ctx, part.DevPath)
+			if err != nil {
+				return nil, err
+			}
+			o.CacheSB = &sb
+		}
+		if o.CacheReg, err = blockdev.RegisteredCache(part.Name); err != nil {
+			return nil, err
+		}
+		if o.CacheReg != nil {
+			o.CacheKnobs = map[string]string{}
+			dir := cacheKnobDir(part.Name)
+			if val, err := blockdev.Knob(dir, "cache_replacement_policy"); err == nil {
+				o.CacheKnobs["cache_replacement_policy"] = val
+			}
+		}
+	}
+
+	if hasType(o.BackingSigs, "bcache") {
+		sb, err := e.Run.SuperShow(ctx, o.Backing.DevPath)
+		if err != nil {
+			return nil, err
+		}
+		o.BackingSB = &sb
+	}
+	if o.BackingReg, err = blockdev.RegisteredBacking(o.Backing.Name); err != nil {
+		return nil, err
+	}
+	if o.BackingReg != nil {
+		o.Knobs = map[string]string{}
+		for _, k := range backingKnobs {
+			if val, err := blockdev.Knob(o.BackingReg.Sysfs, k); err == nil {
+				o.Knobs[k] = val
+			}
+		}
+	}
+	o.StableTarget = readLink(v.StablePath())
+	return o, nil
+}
+
+// backingDevice resolves the backing device: a local path, or (later) an iSCSI LUN.
+func (e *Engine) backingDevice(_ context.Context, v Volume) (blockdev.Device, error) {
+	if v.Spec.BackingDevice.ISCSI != nil {
+		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: iSCSI backing devices are not supported by this version of the engine")
+	}
+	d, err := blockdev.Inspect(v.Spec.BackingDevice.Path)
+	if err != nil {
+		return d, fmt.Errorf("backingDevice.path: %w", err)
+	}
+	return d, nil
+}
+
+func hasType(sigs []blockdev.Signature, typ string) bool {
+	for _, s := range sigs {
+		if s.Type == typ {
+			return true
+		}
+	}
+	return false
+}
+
+func cacheKnobDir(partName string) string {
+	return blockdev.SysClassBlock + "/" + partName + "/bcache"
+}

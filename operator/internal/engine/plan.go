@@ -1,0 +1,372 @@
+package engine
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+// StepKind names one action of the engine.
+type StepKind string
+
+// The actions, in the order a new volume needs them.
+const (
+	StepWipeCache       StepKind = "wipe-cache-device"
+	StepDiscardCache    StepKind = "discard-cache-device"
+	StepPartitionCache  StepKind = "partition-cache-device"
+	StepMakeCache       StepKind = "make-bcache-cache"
+	StepWipeBacking     StepKind = "wipe-backing-device"
+	StepMakeBacking     StepKind = "make-bcache-backing"
+	StepRegisterCache   StepKind = "register-cache"
+	StepRegisterBacking StepKind = "register-backing"
+	StepAttach          StepKind = "attach"
+	StepSetTunable      StepKind = "set-tunable"
+	StepSetCacheTunable StepKind = "set-cache-tunable"
+	StepLinkStablePath  StepKind = "link-stable-path"
+)
+
+// Step is one action. Steps after the first may name devices that do not exist yet (the cache
+// partition before it is created); the engine runs only the first and plans again.
+type Step struct {
+	Kind   StepKind `json:"kind"`
+	Device string   `json:"device"`
+	// Tunable and Value for set-tunable steps; From is what the kernel reports now.
+	Tunable string `json:"tunable,omitempty"`
+	Value   string `json:"value,omitempty"`
+	From    string `json:"from,omitempty"`
+	// Start and End are the partition's sectors, for partition-cache-device.
+	Start int64 `json:"startSector,omitempty"`
+	End   int64 `json:"endSector,omitempty"`
+	// Label is the volume's label, for steps that write it.
+	Label string `json:"label,omitempty"`
+}
+
+func (s Step) String() string {
+	switch s.Kind {
+	case StepSetTunable, StepSetCacheTunable:
+		return fmt.Sprintf("%s %s: %s %q -> %q", s.Kind, s.Device, s.Tunable, s.From, s.Value)
+	case StepPartitionCache:
+		return fmt.Sprintf("%s %s: GPT, partition 1 sectors %d-%d named %q, rest left unpartitioned", s.Kind, s.Device, s.Start, s.End, s.Label)
+	default:
+		return fmt.Sprintf("%s %s", s.Kind, s.Device)
+	}
+}
+
+// Refusal is a reason the engine will not touch a device. Nothing has been changed when it is
+// returned.
+type Refusal struct {
+	// Reason is a CamelCase cause for conditions, e.g. DeviceMounted.
+	Reason string
+	// Field is the spec field that named the device.
+	Field   string
+	Message string
+}
+
+func (r *Refusal) Error() string { return fmt.Sprintf("%s: %s", r.Field, r.Message) }
+
+// Refusal reasons.
+const (
+	ReasonRootDisk          = "DeviceIsRootDisk"
+	ReasonMounted           = "DeviceMounted"
+	ReasonHeld              = "DeviceHeld"
+	ReasonCarriesData       = "DeviceCarriesData"
+	ReasonNotWholeDisk      = "CacheDeviceNotWholeDisk"
+	ReasonSameDisk          = "DevicesShareADisk"
+	ReasonForeignCacheSet   = "AttachedToAnotherCacheSet"
+	ReasonCacheTooSmall     = "CacheDeviceTooSmall"
+	ReasonPartitionMismatch = "CachePartitionMismatch"
+)
+
+const (
+	sectorSize   = 512
+	alignSectors = (1 << 20) / sectorSize // 1 MiB
+	// gptBackupSectors is what the backup GPT takes at the end of the disk.
+	gptBackupSectors = 34
+	// minCachePartition is well above what make-bcache needs for its buckets and journal.
+	minCachePartition = 64 << 20
+	// kernelWritebackDelay is bcache's default pause between writeback passes; the engine puts it
+	// back after a flush set it to 0.
+	kernelWritebackDelay = "30"
+)
+
+// Desired is what the engine wants the kernel to report, beyond the devices existing.
+type Desired struct {
+	// Hold keeps the volume in writethrough, whatever the spec says: a drain or maintenance flush
+	// holds it until it is released.
+	Hold bool
+}
+
+// Plan lists the steps that take the host from o to the volume v. It changes nothing. A refusal
+// comes back as a *Refusal.
+func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
+	if err := guard(v, o); err != nil {
+		return nil, err
+	}
+	label := v.Label()
+	var steps []Step
+
+	// The cache device: ours when its first partition carries our label.
+	cachePart := "partition 1 of " + o.Cache.DevPath
+	cacheIsOurs := o.CachePart != nil && o.CachePartName == label
+	if o.CachePart != nil {
+		cachePart = o.CachePart.DevPath
+	}
+	if !cacheIsOurs {
+		if len(o.CacheSigs) > 0 || len(o.Cache.Partitions) > 0 {
+			if !wipeConsent(v).CacheDevice {
+				return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+					Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", o.Cache.DevPath, describe(o.CacheSigs, o.Cache.Partitions))}
+			}
+			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
+		}
+		start, end, err := cachePartition(o.Cache.SizeBytes, v.overProvisionPercent())
+		if err != nil {
+			return nil, err
+		}
+		if o.Cache.DiscardMaxBytes > 0 {
+			steps = append(steps, Step{Kind: StepDiscardCache, Device: o.Cache.DevPath})
+		}
+		steps = append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label})
+		cachePart = "partition 1 of " + o.Cache.DevPath
+	} else if o.CacheSB == nil {
+		if len(o.CachePartSigs) > 0 && !wipeConsent(v).CacheDevice {
+			return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+				Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", cachePart, describe(o.CachePartSigs, nil))}
+		}
+	}
+	if o.CacheSB == nil || !cacheIsOurs {
+		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart})
+	} else if !o.CacheSB.IsCache() {
+		return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is labelled for this volume but holds a bcache backing superblock", cachePart)}
+	}
+
+	// The backing device: ours when its bcache superblock carries our label.
+	backingIsOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
+	if !backingIsOurs {
+		if len(o.BackingSigs) > 0 {
+			if !wipeConsent(v).BackingDevice {
+				return nil, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
+					Message: fmt.Sprintf("%s carries %s; set spec.wipe.backingDevice to erase it and every byte of data on it", o.Backing.DevPath, describe(o.BackingSigs, o.Backing.Partitions))}
+			}
+			steps = append(steps, Step{Kind: StepWipeBacking, Device: o.Backing.DevPath})
+		}
+		steps = append(steps, Step{Kind: StepMakeBacking, Device: o.Backing.DevPath, Label: label})
+	}
+
+	// Registration and attachment, as udev and bcache-tools' rules would do on a host.
+	if o.CacheReg == nil || !cacheIsOurs || o.CacheSB == nil {
+		steps = append(steps, Step{Kind: StepRegisterCache, Device: cachePart})
+	}
+	if o.BackingReg == nil || !backingIsOurs {
+		steps = append(steps, Step{Kind: StepRegisterBacking, Device: o.Backing.DevPath})
+	}
+	bcacheDev := "the bcache device of " + o.Backing.DevPath
+	if o.BackingReg != nil {
+		bcacheDev = "/dev/" + o.BackingReg.Device
+	}
+	set := ""
+	if o.CacheSB != nil && cacheIsOurs {
+		set = o.CacheSB.SetUUID()
+	}
+	switch {
+	case o.BackingReg == nil || set == "":
+		steps = append(steps, Step{Kind: StepAttach, Device: bcacheDev})
+	case o.BackingReg.AttachedSet == "":
+		steps = append(steps, Step{Kind: StepAttach, Device: bcacheDev, Value: set})
+	case o.BackingReg.AttachedSet != set:
+		return nil, &Refusal{Reason: ReasonForeignCacheSet, Field: "backingDevice.path",
+			Message: fmt.Sprintf("%s is attached to cache set %s, not to this volume's cache set %s", o.Backing.DevPath, o.BackingReg.AttachedSet, set)}
+	}
+
+	// Tunables, compared with what the kernel reports.
+	for _, t := range tunables(v, want) {
+		have := o.Knobs[t.name]
+		if o.BackingReg == nil || !t.matches(have) {
+			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
+		}
+	}
+	policy := string(v.Spec.ReplacementPolicy)
+	if policy == "" {
+		policy = string(fcv1.ReplacementPolicyLRU)
+	}
+	if have, _ := blockdev.ActiveChoice(o.CacheKnobs["cache_replacement_policy"]); have != policy {
+		steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: "cache_replacement_policy", Value: policy, From: have})
+	}
+
+	if o.BackingReg == nil || o.StableTarget != "/dev/"+o.BackingReg.Device {
+		steps = append(steps, Step{Kind: StepLinkStablePath, Device: v.StablePath(), Value: bcacheDev})
+	}
+	return steps, nil
+}
+
+// guard refuses devices the engine must never touch, whatever the spec says.
+func guard(v Volume, o *Observation) error {
+	for _, d := range []struct {
+		field  string
+		dev    blockdev.Device
+		mounts []string
+	}{
+		{"cacheDevice.path", o.Cache, o.CacheMounts},
+		{"backingDevice.path", o.Backing, o.BackingMounts},
+	} {
+		if slices.Contains(o.RootDisks, d.dev.Disk()) {
+			return &Refusal{Reason: ReasonRootDisk, Field: d.field,
+				Message: fmt.Sprintf("%s is on %s, the disk of the root filesystem", d.dev.Path, d.dev.Disk())}
+		}
+		if len(d.mounts) > 0 {
+			return &Refusal{Reason: ReasonMounted, Field: d.field,
+				Message: fmt.Sprintf("%s is in use: mounted at %s", d.dev.Path, strings.Join(d.mounts, ", "))}
+		}
+	}
+	if o.Cache.IsPartition() {
+		return &Refusal{Reason: ReasonNotWholeDisk, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is a partition of %s; name the whole SSD: the engine partitions it and leaves spare area", o.Cache.Path, o.Cache.Parent)}
+	}
+	if o.Cache.Disk() == o.Backing.Disk() {
+		return &Refusal{Reason: ReasonSameDisk, Field: "backingDevice.path",
+			Message: fmt.Sprintf("%s and %s are on the same disk %s", o.Cache.Path, o.Backing.Path, o.Cache.Disk())}
+	}
+	ours := ""
+	if o.BackingReg != nil {
+		ours = o.BackingReg.Device
+	}
+	for _, h := range o.Backing.Holders {
+		if h != ours {
+			return &Refusal{Reason: ReasonHeld, Field: "backingDevice.path",
+				Message: fmt.Sprintf("%s is held by %s", o.Backing.Path, h)}
+		}
+	}
+	if len(o.Cache.Holders) > 0 {
+		return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is held by %s", o.Cache.Path, strings.Join(o.Cache.Holders, ", "))}
+	}
+	if o.CachePart != nil && len(o.CachePart.Holders) > 0 {
+		return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is held by %s", o.CachePart.DevPath, strings.Join(o.CachePart.Holders, ", "))}
+	}
+	if o.CachePart != nil && o.CachePartName == v.Label() {
+		_, end, err := cachePartition(o.Cache.SizeBytes, v.overProvisionPercent())
+		if err == nil && o.CachePart.SizeBytes > (end+1)*sectorSize {
+			return &Refusal{Reason: ReasonPartitionMismatch, Field: "cacheDevice.overProvisionPercent",
+				Message: fmt.Sprintf("%s is larger than this over-provisioning allows; it was partitioned with another value", o.CachePart.DevPath)}
+		}
+	}
+	return nil
+}
+
+// cachePartition returns the first and last sector of the cache partition: from 1 MiB, covering
+// (100 - overProvision)% of the disk, ending on a 1 MiB boundary, clear of the backup GPT.
+func cachePartition(diskBytes, overProvisionPercent int64) (start, end int64, err error) {
+	total := diskBytes / sectorSize
+	start = alignSectors
+	want := total * (100 - overProvisionPercent) / 100
+	lastUsable := total - gptBackupSectors - 1
+	end = want/alignSectors*alignSectors - 1
+	if end > lastUsable {
+		end = (lastUsable+1)/alignSectors*alignSectors - 1
+	}
+	if (end-start+1)*sectorSize < minCachePartition {
+		return 0, 0, &Refusal{Reason: ReasonCacheTooSmall, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("a %d MiB device leaves a cache partition under %d MiB at %d%% over-provisioning", diskBytes>>20, minCachePartition>>20, overProvisionPercent)}
+	}
+	return start, end, nil
+}
+
+type tunable struct {
+	name, value string
+	matches     func(have string) bool
+}
+
+// tunables are the backing device's knobs as the spec wants them.
+func tunables(v Volume, want Desired) []tunable {
+	mode := string(v.Spec.Mode)
+	if mode == "" {
+		mode = string(fcv1.CacheModeWriteback)
+	}
+	if want.Hold {
+		mode = string(fcv1.CacheModeWritethrough)
+	}
+	percent := int32(10)
+	if v.Spec.DirtyThresholdPercent != nil {
+		percent = *v.Spec.DirtyThresholdPercent
+	}
+	cutoff := int64(4 << 20)
+	if v.Spec.SequentialCutoff != nil {
+		cutoff = v.Spec.SequentialCutoff.Value()
+	}
+	exact := func(value string) func(string) bool {
+		return func(have string) bool { return have == value }
+	}
+	return []tunable{
+		{"cache_mode", mode, func(have string) bool { a, _ := blockdev.ActiveChoice(have); return a == mode }},
+		{"writeback_percent", strconv.Itoa(int(percent)), exact(strconv.Itoa(int(percent)))},
+		{"writeback_delay", kernelWritebackDelay, exact(kernelWritebackDelay)},
+		{"sequential_cutoff", strconv.FormatInt(cutoff, 10), func(have string) bool {
+			// bcache prints "4.0M": one decimal of the unit, so compare at that precision.
+			got, err := blockdev.ParseHumanSize(have)
+			if err != nil {
+				return false
+			}
+			return humanSize(got) == humanSize(cutoff)
+		}},
+	}
+}
+
+// humanSize prints bytes the way bcache does (bch_hprint), for comparisons at its precision.
+func humanSize(v int64) string {
+	const units = "?kMGTPEZY"
+	u, q, t := 0, v, int64(0)
+	for {
+		u++
+		t = q & 1023
+		q >>= 10
+		if q < 1000 {
+			break
+		}
+	}
+	return fmt.Sprintf("%d.%d%c", q, t*10/1024, units[u])
+}
+
+func wipeConsent(v Volume) fcv1.WipeSpec {
+	if v.Spec.Wipe == nil {
+		return fcv1.WipeSpec{}
+	}
+	return *v.Spec.Wipe
+}
+
+// describe says what a device carries, for refusals.
+func describe(sigs []blockdev.Signature, partitions []string) string {
+	var what []string
+	for _, s := range sigs {
+		kind := s.Type
+		if s.Usage != "" {
+			kind += " " + s.Usage
+		}
+		if s.Label != "" {
+			kind += fmt.Sprintf(" labelled %q", s.Label)
+		}
+		what = append(what, kind)
+	}
+	if len(partitions) > 0 {
+		what = append(what, fmt.Sprintf("partitions %s", strings.Join(partitions, ", ")))
+	}
+	if len(what) == 0 {
+		return "data"
+	}
+	return strings.Join(slices.Compact(what), ", ")
+}
+
+// readLink returns where a symlink points, or "" when it does not exist.
+func readLink(path string) string {
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return ""
+	}
+	return target
+}

@@ -1,0 +1,240 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+const gib = int64(1) << 30
+
+func testVolume() Volume {
+	op, pct := int32(20), int32(10)
+	cutoff := resource.MustParse("4Mi")
+	return Volume{Name: "mysql", Spec: fcv1.FlashCacheVolumeSpec{
+		NodeName:              "n1",
+		CacheDevice:           fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-ssd", OverProvisionPercent: &op},
+		BackingDevice:         fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/scsi-hdd"},
+		Mode:                  fcv1.CacheModeWriteback,
+		DirtyThresholdPercent: &pct,
+		SequentialCutoff:      &cutoff,
+		ReplacementPolicy:     fcv1.ReplacementPolicyLRU,
+	}}
+}
+
+// blankDisks is a host with an empty 4 GiB NVMe and an empty 8 GiB HDD, root on vda.
+func blankDisks() *Observation {
+	return &Observation{
+		RootDisks: []string{"vda"},
+		Cache:     blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30},
+		Backing:   blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true},
+	}
+}
+
+// converged is the same host once the volume is built and tuned.
+func converged(v Volume) *Observation {
+	o := blankDisks()
+	o.Cache.Partitions = []string{"nvme0n1p1"}
+	o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1", SizeBytes: 3276 << 20}
+	o.CachePartName = v.Label()
+	o.CacheSigs = []blockdev.Signature{{Type: "gpt", Usage: "partition table"}}
+	o.CachePartSigs = []blockdev.Signature{{Type: "bcache"}}
+	o.CacheSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "3 [cache device]", "cset.uuid": "set-1", "dev.uuid": "c-1"}}
+	o.CacheReg = &blockdev.CacheRegistration{SetUUID: "set-1"}
+	o.CacheKnobs = map[string]string{"cache_replacement_policy": "[lru] fifo random"}
+	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
+	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
+	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/sda/bcache", Device: "bcache0", AttachedSet: "set-1"}
+	o.Backing.Holders = []string{"bcache0"}
+	o.Knobs = map[string]string{
+		"cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
+		"writeback_delay": "30", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
+	}
+	o.StableTarget = "/dev/bcache0"
+	return o
+}
+
+func kinds(steps []Step) string {
+	var k []string
+	for _, s := range steps {
+		if s.Tunable != "" {
+			k = append(k, string(s.Kind)+":"+s.Tunable)
+		} else {
+			k = append(k, string(s.Kind))
+		}
+	}
+	return strings.Join(k, " ")
+}
+
+func TestPlanFromBlankDisksBuildsEverythingInOrder(t *testing.T) {
+	steps, err := Plan(testVolume(), blankDisks(), Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "discard-cache-device partition-cache-device make-bcache-cache make-bcache-backing register-cache register-backing attach " +
+		"set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:sequential_cutoff " +
+		"set-cache-tunable:cache_replacement_policy link-stable-path"
+	if got := kinds(steps); got != want {
+		t.Errorf("steps:\n got %s\nwant %s", got, want)
+	}
+	part := steps[1]
+	if part.Start != 2048 || part.Label != "fc:mysql" {
+		t.Errorf("partition step = %+v", part)
+	}
+	// 80% of 4 GiB, on a 1 MiB boundary: the partition ends at 3276 MiB.
+	if size := (part.End - part.Start + 1) * 512; size != 3275<<20 {
+		t.Errorf("partition size = %d MiB, want 3275 MiB (1 MiB to 3276 MiB)", size>>20)
+	}
+}
+
+func TestPlanOfConvergedVolumeIsEmpty(t *testing.T) {
+	v := testVolume()
+	steps, err := Plan(v, converged(v), Desired{})
+	if err != nil || len(steps) != 0 {
+		t.Errorf("steps = %v, err = %v; want none", steps, err)
+	}
+}
+
+func TestPlanSetsOnlyDriftedTunables(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.Knobs["writeback_percent"] = "40"
+	o.Knobs["sequential_cutoff"] = "0.0k"
+	o.StableTarget = "/dev/bcache3"
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); got != "set-tunable:writeback_percent set-tunable:sequential_cutoff link-stable-path" {
+		t.Errorf("steps = %s", got)
+	}
+	if steps[0].From != "40" || steps[0].Value != "10" || steps[1].Value != "4194304" {
+		t.Errorf("tunable steps = %+v", steps[:2])
+	}
+}
+
+func TestPlanHoldKeepsWritethrough(t *testing.T) {
+	v := testVolume()
+	steps, err := Plan(v, converged(v), Desired{Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || steps[0].Tunable != "cache_mode" || steps[0].Value != "writethrough" {
+		t.Errorf("steps = %v, want one switching to writethrough", steps)
+	}
+}
+
+func refusal(t *testing.T, err error) *Refusal {
+	t.Helper()
+	var r *Refusal
+	if !errors.As(err, &r) {
+		t.Fatalf("err = %v, want a refusal", err)
+	}
+	return r
+}
+
+func TestPlanRefusesWhatItMustNotTouch(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*Observation)
+		reason string
+		field  string
+	}{
+		{"root disk as backing", func(o *Observation) { o.RootDisks = []string{"sda"} }, ReasonRootDisk, "backingDevice.path"},
+		{"root disk as cache", func(o *Observation) { o.RootDisks = []string{"nvme0n1"} }, ReasonRootDisk, "cacheDevice.path"},
+		{"mounted backing", func(o *Observation) { o.BackingMounts = []string{"/var/lib/mysql"} }, ReasonMounted, "backingDevice.path"},
+		{"ext4 on backing", func(o *Observation) {
+			o.BackingSigs = []blockdev.Signature{{Type: "ext4", Usage: "filesystem", Label: "data"}}
+		}, ReasonCarriesData, "backingDevice.path"},
+		{"LVM on backing", func(o *Observation) { o.BackingSigs = []blockdev.Signature{{Type: "LVM2_member", Usage: "raid"}} }, ReasonCarriesData, "backingDevice.path"},
+		{"foreign bcache on backing", func(o *Observation) {
+			o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
+			o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": "someone-else"}}
+		}, ReasonCarriesData, "backingDevice.path"},
+		{"partition table on cache", func(o *Observation) {
+			o.CacheSigs = []blockdev.Signature{{Type: "dos", Usage: "partition table"}}
+			o.Cache.Partitions = []string{"nvme0n1p1"}
+		}, ReasonCarriesData, "cacheDevice.path"},
+		{"cache is a partition", func(o *Observation) { o.Cache.Parent = "nvme0n1"; o.Cache.Name = "nvme0n1p2" }, ReasonNotWholeDisk, "cacheDevice.path"},
+		{"same disk", func(o *Observation) { o.Backing.Parent = "nvme0n1"; o.Backing.Name = "nvme0n1p2" }, ReasonSameDisk, "backingDevice.path"},
+		{"backing held by LVM", func(o *Observation) { o.Backing.Holders = []string{"dm-0"} }, ReasonHeld, "backingDevice.path"},
+		{"cache too small", func(o *Observation) { o.Cache.SizeBytes = 70 << 20 }, ReasonCacheTooSmall, "cacheDevice.path"},
+	}
+	for _, c := range cases {
+		o := blankDisks()
+		c.mutate(o)
+		steps, err := Plan(testVolume(), o, Desired{})
+		if err == nil {
+			t.Errorf("%s: planned %v, want a refusal", c.name, kinds(steps))
+			continue
+		}
+		r := refusal(t, err)
+		if r.Reason != c.reason || r.Field != c.field {
+			t.Errorf("%s: refusal %s on %s (%s), want %s on %s", c.name, r.Reason, r.Field, r.Message, c.reason, c.field)
+		}
+	}
+}
+
+func TestPlanWipesOnlyWithConsent(t *testing.T) {
+	v := testVolume()
+	v.Spec.Wipe = &fcv1.WipeSpec{BackingDevice: true}
+	o := blankDisks()
+	o.BackingSigs = []blockdev.Signature{{Type: "ext4", Usage: "filesystem"}}
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(kinds(steps), "wipe-backing-device make-bcache-backing") {
+		t.Errorf("steps = %s", kinds(steps))
+	}
+	// Consent for the backing device is not consent for the cache device.
+	o.CacheSigs = []blockdev.Signature{{Type: "xfs", Usage: "filesystem"}}
+	if _, err := Plan(v, o, Desired{}); refusal(t, err).Field != "cacheDevice.path" {
+		t.Errorf("cache device with data planned with backing-only consent")
+	}
+}
+
+func TestPlanRefusesBackingAttachedToAnotherCacheSet(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.BackingReg.AttachedSet = "set-other"
+	if r := refusal(t, func() error { _, err := Plan(v, o, Desired{}); return err }()); r.Reason != ReasonForeignCacheSet {
+		t.Errorf("reason = %s", r.Reason)
+	}
+}
+
+func TestPlanRefusesRepartitionUnderNewOverProvisioning(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	op := int32(40)
+	v.Spec.CacheDevice.OverProvisionPercent = &op
+	if r := refusal(t, func() error { _, err := Plan(v, o, Desired{}); return err }()); r.Reason != ReasonPartitionMismatch {
+		t.Errorf("reason = %s", r.Reason)
+	}
+}
+
+func TestLabelFitsBcacheAndStaysUnique(t *testing.T) {
+	short := Volume{Name: "mysql-0"}
+	if short.Label() != "fc:mysql-0" {
+		t.Errorf("label %q", short.Label())
+	}
+	a := Volume{Name: "mysql-data-of-a-very-long-statefulset-name-0"}
+	b := Volume{Name: "mysql-data-of-a-very-long-statefulset-name-1"}
+	if len(a.Label()) != bcacheLabelMax || a.Label() == b.Label() {
+		t.Errorf("long labels %q %q", a.Label(), b.Label())
+	}
+}
+
+func TestHumanSizeMatchesBcachePrinting(t *testing.T) {
+	cases := map[int64]string{0: "0.0k", 512: "0.5k", 4 << 20: "4.0M", 1536 << 10: "1.5M", 1000 << 10: "0.9M", 999 << 10: "999.0k"}
+	for in, want := range cases {
+		if got := humanSize(in); got != want {
+			t.Errorf("humanSize(%d) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+// TeardownResult is what teardown did.
+type TeardownResult struct {
+	Changed bool         `json:"changed"`
+	Flush   *FlushResult `json:"flush,omitempty"`
+	Steps   []string     `json:"steps"`
+}
+
+// Teardown removes the volume from the host in the only safe order: flush, detach (which writes
+// back anything left), stop the bcache device, unregister the cache set, then erase our own
+// signatures and the cache partition table we wrote. Devices that are not ours are refused.
+func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Duration) (*TeardownResult, error) {
+	res := &TeardownResult{Steps: []string{}}
+	o, err := e.Observe(ctx, v)
+	if err != nil {
+		return res, err
+	}
+	label := v.Label()
+	backingOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
+	cacheOurs := o.CachePart != nil && o.CachePartName == label
+	if o.BackingSB != nil && !backingOurs {
+		return res, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
+			Message: fmt.Sprintf("%s carries a bcache superblock labelled %q, not this volume's %q: not touching it", o.Backing.DevPath, o.BackingSB.Label(), label)}
+	}
+	if len(o.BackingMounts) > 0 || (o.BackingReg != nil && mountedDevice(o.BackingReg.Device)) {
+		return res, &Refusal{Reason: ReasonMounted, Field: "backingDevice.path",
+			Message: "the volume is in use (mounted); unmount it before teardown"}
+	}
+
+	if o.BackingReg != nil {
+		if o.BackingReg.AttachedSet != "" {
+			flush, err := e.Flush(ctx, v, flushTimeout, nil)
+			if err != nil {
+				return res, err
+			}
+			res.Flush = flush
+			if err := blockdev.SetKnob(o.BackingReg.Sysfs, "detach", "1"); err != nil {
+				return res, err
+			}
+			res.Steps = append(res.Steps, "detached "+o.BackingReg.Device+" from cache set "+o.BackingReg.AttachedSet)
+			if err := e.waitLong(ctx, flushTimeout, "detach of "+o.BackingReg.Device, func() (bool, error) {
+				reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+				return reg == nil || reg.AttachedSet == "", err
+			}); err != nil {
+				return res, err
+			}
+		}
+		if err := blockdev.SetKnob(o.BackingReg.Sysfs, "stop", "1"); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "stopped "+o.BackingReg.Device)
+		if err := e.waitUntil(ctx, o.BackingReg.Device+" to stop", func() (bool, error) {
+			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+			return reg == nil, err
+		}); err != nil {
+			return res, err
+		}
+	}
+	if cacheOurs && o.CacheReg != nil {
+		setDir := filepath.Join(blockdev.SysFsBcache, o.CacheReg.SetUUID)
+		if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "unregistered cache set "+o.CacheReg.SetUUID)
+		if err := e.waitUntil(ctx, "cache set "+o.CacheReg.SetUUID+" to go", func() (bool, error) {
+			_, err := os.Stat(setDir)
+			return errors.Is(err, os.ErrNotExist), nil
+		}); err != nil {
+			return res, err
+		}
+	}
+	if backingOurs {
+		if _, err := e.Run.Run(ctx, "wipefs", "--all", "--types", "bcache", o.Backing.DevPath); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
+	}
+	if cacheOurs {
+		if _, err := e.Run.Run(ctx, "wipefs", "--all", o.CachePart.DevPath); err != nil {
+			return res, err
+		}
+		if _, err := e.Run.Run(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
+	}
+	if err := os.Remove(v.StablePath()); err == nil {
+		res.Steps = append(res.Steps, "removed "+v.StablePath())
+	}
+	if err := e.setHold(v, false); err != nil {
+		return res, err
+	}
+	res.Changed = len(res.Steps) > 0
+	return res, nil
+}
+
+func (e *Engine) waitLong(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return blockdev.WaitFor(ctx, 200*time.Millisecond, what, cond)
+}
+
+// mountedDevice says whether a kernel device (bcache0) is mounted on the host.
+func mountedDevice(name string) bool {
+	d, err := blockdev.InspectName(name)
+	if err != nil {
+		return false
+	}
+	where, err := blockdev.MountedAt(d)
+	return err == nil && len(where) > 0
+}

@@ -1,0 +1,52 @@
+// Package engine builds, adopts, tunes, flushes and tears down one flash-cached volume on the host
+// it runs on. It is the one node core behind the agent, `flashcache node` and the tests; it
+// reaches disks only through internal/blockdev.
+//
+// Every operation is observe -> plan -> act, one step at a time, observing again after each step,
+// so a run that was killed midway converges when it is run again.
+package engine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"path/filepath"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+)
+
+// Volume is one FlashCacheVolume as the engine sees it: its name and its spec, defaults filled in.
+type Volume struct {
+	Name string
+	Spec fcv1.FlashCacheVolumeSpec
+}
+
+// bcacheLabelMax is the size of the label field in a bcache superblock (SB_LABEL_SIZE).
+const bcacheLabelMax = 32
+
+// Label marks the devices as this volume's: it is the bcache label of the backing device and the
+// GPT name of the cache partition. A restart or reboot finds the label and adopts the devices
+// instead of building them again; a device with another label is never taken without consent.
+func (v Volume) Label() string {
+	const prefix = "fc:"
+	if len(prefix)+len(v.Name) <= bcacheLabelMax {
+		return prefix + v.Name
+	}
+	sum := sha256.Sum256([]byte(v.Name))
+	hash := hex.EncodeToString(sum[:])[:8]
+	keep := bcacheLabelMax - len(prefix) - 1 - len(hash)
+	return prefix + v.Name[:keep] + "-" + hash
+}
+
+// StablePath is the path of the bcache device that survives bcacheN renumbering across boots: a
+// link the engine keeps pointing at the current bcacheN. PersistentVolumes point here.
+func (v Volume) StablePath() string { return filepath.Join(StableDir, v.Name) }
+
+// StableDir holds the engine's links to bcache devices.
+var StableDir = "/dev/flashcache"
+
+func (v Volume) overProvisionPercent() int64 {
+	if p := v.Spec.CacheDevice.OverProvisionPercent; p != nil {
+		return int64(*p)
+	}
+	return 20
+}

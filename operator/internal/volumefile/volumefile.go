@@ -1,0 +1,178 @@
+// Package volumefile reads the FlashCacheVolume files of `flashcache node` (and the Ansible role):
+// the same YAML as `kubectl apply`, checked and defaulted with the CRD's own OpenAPI schema and
+// CEL rules, so a host without Kubernetes refuses exactly what the API server refuses.
+package volumefile
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+	"sigs.k8s.io/yaml"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/config/crd"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+)
+
+// Validator checks and defaults FlashCacheVolume objects like the API server does.
+type Validator struct {
+	structural *structuralschema.Structural
+	schema     apiservervalidation.SchemaValidator
+	cel        *cel.Validator
+}
+
+// NewValidator builds a validator from the embedded CRD.
+func NewValidator() (*Validator, error) {
+	var def apiextensionsv1.CustomResourceDefinition
+	if err := yaml.Unmarshal(crd.FlashCacheVolume, &def); err != nil {
+		return nil, fmt.Errorf("reading the embedded CRD: %w", err)
+	}
+	var version *apiextensionsv1.CustomResourceDefinitionVersion
+	for i := range def.Spec.Versions {
+		if def.Spec.Versions[i].Name == fcv1.GroupVersion.Version {
+			version = &def.Spec.Versions[i]
+		}
+	}
+	if version == nil || version.Schema == nil {
+		return nil, fmt.Errorf("the embedded CRD has no schema for %s", fcv1.GroupVersion.Version)
+	}
+	var internal apiextensions.JSONSchemaProps
+	if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(version.Schema.OpenAPIV3Schema, &internal, nil); err != nil {
+		return nil, fmt.Errorf("converting the CRD schema: %w", err)
+	}
+	structural, err := structuralschema.NewStructural(&internal)
+	if err != nil {
+		return nil, fmt.Errorf("the CRD schema is not structural: %w", err)
+	}
+	schema, _, err := apiservervalidation.NewSchemaValidator(&internal)
+	if err != nil {
+		return nil, fmt.Errorf("building the schema validator: %w", err)
+	}
+	return &Validator{
+		structural: structural,
+		schema:     schema,
+		cel:        cel.NewValidator(structural, true, celconfig.PerCallLimit),
+	}, nil
+}
+
+// InvalidError lists everything wrong with one volume, each naming its field.
+type InvalidError struct {
+	Name   string
+	Errors []string
+}
+
+func (e *InvalidError) Error() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "FlashCacheVolume %q is invalid:", e.Name)
+	for _, m := range e.Errors {
+		fmt.Fprintf(&b, "\n* %s", m)
+	}
+	return b.String()
+}
+
+// Check defaults obj in place and validates it; obj is one decoded YAML document.
+func (v *Validator) Check(ctx context.Context, obj map[string]any) error {
+	structuraldefaulting.Default(obj, v.structural)
+	errs := apiservervalidation.ValidateCustomResource(nil, obj, v.schema)
+	celErrs, _ := v.cel.Validate(ctx, nil, v.structural, obj, nil, celconfig.RuntimeCELCostBudget)
+	errs = append(errs, celErrs...)
+	if len(errs) == 0 {
+		return nil
+	}
+	name, _, _ := nestedString(obj, "metadata", "name")
+	inv := &InvalidError{Name: name}
+	for _, e := range errs {
+		inv.Errors = append(inv.Errors, e.Error())
+	}
+	return inv
+}
+
+// Load reads every FlashCacheVolume in a file ("-" is standard input) and returns them as the
+// engine's volumes, defaulted and validated. Nothing is returned if any of them is invalid.
+func Load(ctx context.Context, path string) ([]engine.Volume, error) {
+	var r io.Reader
+	if path == "-" {
+		r = os.Stdin
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("opening volume file: %w", err)
+		}
+		defer func() { _ = f.Close() }()
+		r = f
+	}
+	return Read(ctx, r)
+}
+
+// Read is Load on an open stream.
+func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
+	v, err := NewValidator()
+	if err != nil {
+		return nil, err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var volumes []engine.Volume
+	var problems []error
+	seen := map[string]bool{}
+	for doc := 1; ; doc++ {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if obj == nil {
+			continue
+		}
+		if obj["apiVersion"] != fcv1.GroupVersion.String() || obj["kind"] != "FlashCacheVolume" {
+			return nil, fmt.Errorf("document %d: want apiVersion %s, kind FlashCacheVolume; got %v, %v",
+				doc, fcv1.GroupVersion, obj["apiVersion"], obj["kind"])
+		}
+		if err := v.Check(ctx, obj); err != nil {
+			problems = append(problems, err)
+			continue
+		}
+		var fcv fcv1.FlashCacheVolume
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &fcv); err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		if seen[fcv.Name] {
+			return nil, fmt.Errorf("document %d: volume %q appears twice", doc, fcv.Name)
+		}
+		seen[fcv.Name] = true
+		volumes = append(volumes, engine.Volume{Name: fcv.Name, Spec: fcv.Spec})
+	}
+	if len(problems) > 0 {
+		return nil, errors.Join(problems...)
+	}
+	if len(volumes) == 0 {
+		return nil, fmt.Errorf("no FlashCacheVolume in the file")
+	}
+	return volumes, nil
+}
+
+func nestedString(obj map[string]any, path ...string) (string, bool, error) {
+	var cur any = obj
+	for _, p := range path {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return "", false, nil
+		}
+		cur = m[p]
+	}
+	s, ok := cur.(string)
+	return s, ok, nil
+}

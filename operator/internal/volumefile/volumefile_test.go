@@ -1,0 +1,112 @@
+package volumefile
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+const twoVolumes = `apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: mysql-a}
+spec:
+  nodeName: db1
+  cacheDevice: {path: /dev/disk/by-id/nvme-a}
+  backingDevice: {path: /dev/disk/by-id/ata-a}
+---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: mysql-b}
+spec:
+  nodeName: db1
+  cacheDevice: {path: /dev/disk/by-id/nvme-b, overProvisionPercent: 30}
+  backingDevice: {path: /dev/disk/by-id/ata-b}
+  mode: writethrough
+`
+
+func TestReadAppliesTheCRDDefaults(t *testing.T) {
+	vols, err := Read(context.Background(), strings.NewReader(twoVolumes))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vols) != 2 || vols[0].Name != "mysql-a" || vols[1].Name != "mysql-b" {
+		t.Fatalf("volumes = %+v", vols)
+	}
+	a := vols[0].Spec
+	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 10 ||
+		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" {
+		t.Errorf("defaults not applied: %+v", a)
+	}
+	if *vols[1].Spec.CacheDevice.OverProvisionPercent != 30 || vols[1].Spec.Mode != "writethrough" {
+		t.Errorf("explicit values lost: %+v", vols[1].Spec)
+	}
+}
+
+func TestReadRefusesWhatTheAPIServerRefuses(t *testing.T) {
+	bad := `apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: careless}
+spec:
+  nodeName: db1
+  cacheDevice: {path: /dev/nvme0n1, overProvisionPercent: 70}
+  backingDevice: {path: /dev/disk/by-id/ata-a, iscsi: {portal: 192.0.2.1, iqn: "iqn.2003-01.org.x:y", lun: 0}}
+  flushPeriod: 5s
+  mode: writeabout
+`
+	_, err := Read(context.Background(), strings.NewReader(bad))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{
+		`"careless"`,
+		"spec.cacheDevice.path", "stable device path",
+		"spec.cacheDevice.overProvisionPercent",
+		"spec.backingDevice", "exactly one",
+		"spec.flushPeriod", "between 10s and 24h",
+		"spec.mode",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error lacks %q:\n%v", want, err)
+		}
+	}
+}
+
+func TestReadRefusesOtherKindsAndDuplicates(t *testing.T) {
+	if _, err := Read(context.Background(), strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")); err == nil || !strings.Contains(err.Error(), "FlashCacheVolume") {
+		t.Errorf("other kind: %v", err)
+	}
+	dup := twoVolumes + "---\n" + strings.SplitN(twoVolumes, "---\n", 2)[0]
+	if _, err := Read(context.Background(), strings.NewReader(dup)); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("duplicate: %v", err)
+	}
+	if _, err := Read(context.Background(), strings.NewReader("")); err == nil {
+		t.Error("empty file accepted")
+	}
+}
+
+func TestTheSamplesAreValidVolumeFiles(t *testing.T) {
+	files, _ := filepath.Glob("../../config/samples/*.yaml")
+	if len(files) == 0 {
+		t.Fatal("no samples found")
+	}
+	for _, f := range files {
+		if _, err := Load(context.Background(), f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if _, err := Load(context.Background(), filepath.Join(t.TempDir(), "missing.yaml")); err == nil || !os.IsNotExist(unwrapAll(err)) {
+		t.Errorf("missing file: %v", err)
+	}
+}
+
+func unwrapAll(err error) error {
+	for {
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return err
+		}
+		err = u.Unwrap()
+	}
+}
