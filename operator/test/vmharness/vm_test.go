@@ -126,17 +126,34 @@ func TestVMHasWhatKernelTestsNeed(t *testing.T) {
 		t.Logf("NVMe random 4k read %.0f IOPS (TCG-bound, not a device limit)", nv.Read.IOPS)
 	})
 
+	// Far into the HDD, where the throughput test above did not write.
+	marker := fmt.Sprintf("flashcache-marker-%d", time.Now().UnixNano())
+	readMarker := fmt.Sprintf("dd if=%s bs=4096 skip=1000000 count=1 status=none | head -c %d", hdd.ByID(), len(marker))
+
 	t.Run("reboot keeps data disk contents", func(t *testing.T) {
-		marker := fmt.Sprintf("flashcache-marker-%d", time.Now().UnixNano())
-		// Far into the disk, where the throughput test above did not write.
 		run(t, fmt.Sprintf("printf %%s %s | dd of=%s bs=4096 seek=1000000 conv=sync,fsync status=none && sync", marker, hdd.ByID()))
 		if err := vm.Reboot(ctx); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("boot after reboot: %s", vm.BootTime().Round(100*time.Millisecond))
-		got := run(t, fmt.Sprintf("dd if=%s bs=4096 skip=1000000 count=1 status=none | head -c %d", hdd.ByID(), len(marker)))
-		if got != marker {
+		if got := run(t, readMarker); got != marker {
 			t.Errorf("after reboot the HDD holds %q, want %q", got, marker)
+		}
+	})
+
+	// Durability tests cut the power and boot again; here only the mechanics are checked.
+	t.Run("kill and start again", func(t *testing.T) {
+		if err := vm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, _, err := vm.Run(ctx, "true"); err == nil {
+			t.Error("Run worked on a killed VM")
+		}
+		if err := vm.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := run(t, readMarker); got != marker {
+			t.Errorf("after a power cut the HDD holds %q, want %q (it was synced before)", got, marker)
 		}
 	})
 
