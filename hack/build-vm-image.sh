@@ -42,7 +42,7 @@ packages=(
 )
 
 # Only the modules needed to mount the root disk go into the initrd: the default (MODULES=most)
-# makes it several times larger, and unpacking it is slow under TCG.
+# packs most of the kernel's drivers, and every byte of it is unpacked by an emulated CPU.
 initrd_modules=(virtio_pci virtio_blk ext4 crc32c_generic)
 
 # Drivers a QEMU guest can never use; dropping them makes the image smaller and its build faster.
@@ -52,7 +52,8 @@ unused_module_dirs=(
 	drivers/isdn drivers/atm drivers/usb/gadget net/wireless net/mac80211 net/bluetooth
 )
 
-# Boot time is the harness's main cost, so every unit the tests do not need stays off.
+# Units that only cost boot time, or would touch the disks behind the tests' backs (smartd
+# polling, fstrim, nvmf autoconnect), stay off.
 masked_units=(
 	apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer e2scrub_reap.service
 	fstrim.timer dpkg-db-backup.timer smartd.service
