@@ -76,6 +76,26 @@ test-envtest: ## API validation and controller tests against a real etcd + kube-
 test-demo: build ## Run the demo non-interactively and check what it shows.
 	DEMO_ASSERT=1 hack/demo.sh
 
+##@ Kernel-level tests (QEMU VM)
+
+.PHONY: vm-image
+vm-image: ## Install QEMU and mmdebstrap if missing, build the test VM image if stale; print its folder.
+	@hack/install-vm-deps.sh
+	@hack/build-vm-image.sh
+
+.PHONY: test-vm
+test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run the vm-tagged tests.
+	hack/install-vm-deps.sh
+	img=$$(hack/build-vm-image.sh); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && FLASHCACHE_VM_IMAGE=$$img go test -count=1 -v -tags vm -timeout 60m ./test/...
+
+.PHONY: vm-shell
+vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in it.
+	@hack/install-vm-deps.sh
+	@img=$$(hack/build-vm-image.sh); \
+	cd operator && go run ./test/vmshell -image "$$img"
+
 ##@ Use
 
 .PHONY: demo

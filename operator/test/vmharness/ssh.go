@@ -1,0 +1,97 @@
+package vmharness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Run runs cmd through root's shell in the guest. A command that runs and fails is not an
+// error: its status is in exitCode. err is for everything else (no connection, ctx done, the
+// connection dropped before a status arrived), and exitCode is then -1.
+func (vm *VM) Run(ctx context.Context, cmd string) (stdout, stderr string, exitCode int, err error) {
+	var out, errOut bytes.Buffer
+	code, err := vm.run(ctx, cmd, nil, &out, &errOut)
+	return out.String(), errOut.String(), code, err
+}
+
+// Output runs cmd and returns its stdout; a non-zero exit is an error carrying stderr.
+func (vm *VM) Output(ctx context.Context, cmd string) (string, error) {
+	stdout, stderr, code, err := vm.Run(ctx, cmd)
+	if err != nil {
+		return stdout, err
+	}
+	if code != 0 {
+		return stdout, fmt.Errorf("vmharness: %q exited %d: %s", cmd, code, strings.TrimSpace(stderr))
+	}
+	return stdout, nil
+}
+
+// CopyFile copies a host file into the guest. It writes a temporary file and renames it, so
+// replacing a binary that is running works and a reader never sees half a file.
+func (vm *VM) CopyFile(ctx context.Context, localPath, remotePath string, mode os.FileMode) error {
+	f, err := os.Open(localPath)
+	if err != nil {
+		return fmt.Errorf("vmharness: copy: %w", err)
+	}
+	defer f.Close()
+	tmp := remotePath + ".vmharness-tmp"
+	cmd := fmt.Sprintf("cat >%s && chmod %04o %s && mv -f %s %s",
+		shellQuote(tmp), mode.Perm(), shellQuote(tmp), shellQuote(tmp), shellQuote(remotePath))
+	var errOut bytes.Buffer
+	code, err := vm.run(ctx, cmd, f, io.Discard, &errOut)
+	if err != nil {
+		return fmt.Errorf("vmharness: copy %s to %s: %w", localPath, remotePath, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("vmharness: copy %s to %s: exit %d: %s", localPath, remotePath, code, strings.TrimSpace(errOut.String()))
+	}
+	return nil
+}
+
+func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	vm.mu.Lock()
+	client := vm.client
+	vm.mu.Unlock()
+	if client == nil {
+		return -1, errors.New("vmharness: not connected (the VM is stopped)")
+	}
+	session, err := client.NewSession()
+	if err != nil {
+		return -1, fmt.Errorf("vmharness: new ssh session: %w", err)
+	}
+	defer session.Close()
+	session.Stdin, session.Stdout, session.Stderr = stdin, stdout, stderr
+	if err := session.Start(cmd); err != nil {
+		return -1, fmt.Errorf("vmharness: start %q: %w", cmd, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- session.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = session.Signal(ssh.SIGKILL)
+		session.Close()
+		return -1, fmt.Errorf("vmharness: %q: %w", cmd, ctx.Err())
+	}
+	var exitErr *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exitErr):
+		return exitErr.ExitStatus(), nil
+	default:
+		return -1, fmt.Errorf("vmharness: %q: %w", cmd, err)
+	}
+}
+
+// shellQuote quotes s for a POSIX shell.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,501 @@
+// Package vmharness boots the Debian test VM built by hack/build-vm-image.sh under QEMU (TCG:
+// the host kernel has no bcache and KVM is not usable), with emulated NVMe and HDD data disks,
+// and drives it over SSH. Kernel-level tests (build tag vm) use it to run the real flashcache
+// binary against a real bcache.
+//
+// A VM's root disk is a throwaway qcow2 overlay on the cached base image; data disks are raw
+// files that outlive it. Every wait is bounded by the caller's context and a timeout, and a
+// failed boot reports the tail of the serial console.
+package vmharness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+)
+
+// Options describe a VM.
+type Options struct {
+	// Image is the folder hack/build-vm-image.sh prints.
+	Image string
+	// WorkDir receives the root overlay, console.log, qemu.log, known_hosts and, by default,
+	// the data disks' backing files. Created if missing.
+	WorkDir string
+	Disks   []Disk
+	// MemoryMiB defaults to 2048, CPUs to 2.
+	MemoryMiB int
+	CPUs      int
+	// BootTimeout bounds each boot from QEMU start to SSH ready; default 5 minutes, generous
+	// because TCG on a busy CI machine can be several times slower than the usual 15 s.
+	BootTimeout time.Duration
+	// Logf, when set, receives progress (boot, reboot, timings); t.Logf fits.
+	Logf func(format string, args ...any)
+}
+
+// VM is a running (or stopped, after Kill or Shutdown) QEMU guest. Its methods may be called
+// from several goroutines.
+type VM struct {
+	opts      Options
+	disks     []Disk
+	root      string
+	console   string
+	qemuLog   string
+	hostKey   ssh.PublicKey
+	sshConfig *ssh.ClientConfig
+	keyPath   string
+
+	mu       sync.Mutex
+	port     int
+	proc     *os.Process
+	exited   chan struct{} // closed when the current QEMU process has exited
+	client   *ssh.Client
+	bootTime time.Duration
+}
+
+// Boot creates a fresh root overlay, creates missing data disk files, starts QEMU and waits
+// until SSH answers. The caller must Close the VM, even after an error from later methods.
+func Boot(ctx context.Context, opts Options) (*VM, error) {
+	vm, err := newVM(ctx, opts)
+	if err != nil {
+		return nil, fmt.Errorf("vmharness: boot: %w", err)
+	}
+	if err := vm.Start(ctx); err != nil {
+		vm.Close()
+		return nil, err
+	}
+	return vm, nil
+}
+
+func newVM(ctx context.Context, opts Options) (*VM, error) {
+	if opts.Image == "" {
+		return nil, errors.New("no image folder given (the folder hack/build-vm-image.sh prints)")
+	}
+	if opts.WorkDir == "" {
+		return nil, errors.New("no work dir given")
+	}
+	if opts.MemoryMiB == 0 {
+		opts.MemoryMiB = 2048
+	}
+	if opts.CPUs == 0 {
+		opts.CPUs = 2
+	}
+	if opts.BootTimeout == 0 {
+		opts.BootTimeout = 5 * time.Minute
+	}
+	var err error
+	if opts.Image, err = filepath.Abs(opts.Image); err != nil {
+		return nil, err
+	}
+	if opts.WorkDir, err = filepath.Abs(opts.WorkDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"rootfs.qcow2", "vmlinuz", "initrd.img", "cmdline", "id_ed25519", "ssh_host_ed25519_key.pub"} {
+		if _, err := os.Stat(filepath.Join(opts.Image, f)); err != nil {
+			return nil, fmt.Errorf("image folder %s is incomplete (rebuild with hack/build-vm-image.sh): %w", opts.Image, err)
+		}
+	}
+	disks, err := prepareDisks(opts.Disks, opts.WorkDir)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range disks {
+		if err := ensureBackingFile(d); err != nil {
+			return nil, err
+		}
+	}
+
+	vm := &VM{
+		opts:    opts,
+		disks:   disks,
+		root:    filepath.Join(opts.WorkDir, "root.qcow2"),
+		console: filepath.Join(opts.WorkDir, "console.log"),
+		qemuLog: filepath.Join(opts.WorkDir, "qemu.log"),
+		keyPath: filepath.Join(opts.Image, "id_ed25519"),
+	}
+	if err := vm.loadKeys(); err != nil {
+		return nil, err
+	}
+	// A new Boot is a new machine: never inherit a root disk from an earlier run.
+	if err := os.Remove(vm.root); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+		"-b", filepath.Join(opts.Image, "rootfs.qcow2"), vm.root).CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("create root overlay: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return vm, nil
+}
+
+func (vm *VM) loadKeys() error {
+	keyPEM, err := os.ReadFile(vm.keyPath)
+	if err != nil {
+		return err
+	}
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return fmt.Errorf("parse %s: %w", vm.keyPath, err)
+	}
+	hostLine, err := os.ReadFile(filepath.Join(vm.opts.Image, "ssh_host_ed25519_key.pub"))
+	if err != nil {
+		return err
+	}
+	vm.hostKey, _, _, _, err = ssh.ParseAuthorizedKey(hostLine)
+	if err != nil {
+		return fmt.Errorf("parse guest host key: %w", err)
+	}
+	vm.sshConfig = &ssh.ClientConfig{
+		User:              "root",
+		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback:   ssh.FixedHostKey(vm.hostKey),
+		HostKeyAlgorithms: []string{vm.hostKey.Type()},
+	}
+	return nil
+}
+
+// Disks returns the data disks with defaults filled in (Path, throttling).
+func (vm *VM) Disks() []Disk { return append([]Disk(nil), vm.disks...) }
+
+// BootTime is how long the last boot took from QEMU start to SSH ready.
+func (vm *VM) BootTime() time.Duration {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return vm.bootTime
+}
+
+// ConsoleLog is the path of the serial console log; boots append to it.
+func (vm *VM) ConsoleLog() string { return vm.console }
+
+// SSHCommand is the ssh command line a human can paste to reach the guest as root.
+func (vm *VM) SSHCommand() []string {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	return []string{"ssh", "-i", vm.keyPath, "-p", strconv.Itoa(vm.port),
+		"-o", "UserKnownHostsFile=" + filepath.Join(vm.opts.WorkDir, "known_hosts"),
+		"-o", "StrictHostKeyChecking=yes", "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR",
+		"root@127.0.0.1"}
+}
+
+func (vm *VM) logf(format string, args ...any) {
+	if vm.opts.Logf != nil {
+		vm.opts.Logf("vm: "+format, args...)
+	}
+}
+
+// Start powers the VM on again after Kill or Shutdown, with the same root and data disks, and
+// waits for SSH.
+func (vm *VM) Start(ctx context.Context) error {
+	if vm.running() {
+		return errors.New("vmharness: start: already running")
+	}
+	if err := vm.boot(ctx); err != nil {
+		return fmt.Errorf("vmharness: start: %w", err)
+	}
+	return nil
+}
+
+func (vm *VM) running() bool {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.exited == nil {
+		return false
+	}
+	select {
+	case <-vm.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// boot starts QEMU and waits for SSH. Picking a free port and handing it to QEMU races with
+// other processes, so a lost race (QEMU cannot bind) is retried with another port.
+func (vm *VM) boot(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, vm.opts.BootTimeout)
+	defer cancel()
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		if err := vm.launch(); err != nil {
+			return err
+		}
+		err := vm.waitSSH(ctx)
+		if err == nil {
+			break
+		}
+		if attempt < 3 && errors.Is(err, errPortTaken) {
+			vm.logf("ssh port was taken, retrying with another")
+			continue
+		}
+		vm.kill()
+		return fmt.Errorf("%w\n%s", err, vm.diagnostics())
+	}
+	vm.mu.Lock()
+	vm.bootTime = time.Since(start)
+	vm.mu.Unlock()
+	vm.logf("ssh ready after %s (port %d)", vm.bootTime.Round(100*time.Millisecond), vm.port)
+	return nil
+}
+
+var errPortTaken = errors.New("ssh forwarding port already in use")
+
+func (vm *VM) launch() error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	image := vm.opts.Image
+	cmdline, err := os.ReadFile(filepath.Join(image, "cmdline"))
+	if err != nil {
+		return err
+	}
+	args := qemuArgs(qemuConfig{
+		kernel:     filepath.Join(image, "vmlinuz"),
+		initrd:     filepath.Join(image, "initrd.img"),
+		cmdline:    strings.TrimSpace(string(cmdline)),
+		rootDisk:   vm.root,
+		disks:      vm.disks,
+		memoryMiB:  vm.opts.MemoryMiB,
+		cpus:       vm.opts.CPUs,
+		sshPort:    port,
+		consoleLog: vm.console,
+	})
+	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
+	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {
+		return err
+	}
+	logFile, err := os.OpenFile(vm.qemuLog, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(logFile, "--- %s qemu-system-x86_64 %s\n", time.Now().Format(time.RFC3339), strings.Join(args, " "))
+	cmd := exec.Command("qemu-system-x86_64", args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// A test binary that dies (timeout, panic, ^C) must not leave QEMU running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return fmt.Errorf("start qemu: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(exited)
+	}()
+	vm.mu.Lock()
+	vm.port, vm.proc, vm.exited = port, cmd.Process, exited
+	vm.mu.Unlock()
+	vm.logf("qemu started (pid %d), console in %s", cmd.Process.Pid, vm.console)
+	return nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitSSH retries until the guest's sshd completes a handshake. QEMU's user networking
+// accepts the TCP connection itself before the guest listens, so a connect proves nothing;
+// only a finished handshake does, and each attempt is bounded in case the guest never answers.
+func (vm *VM) waitSSH(ctx context.Context) error {
+	vm.mu.Lock()
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(vm.port))
+	exited := vm.exited
+	vm.mu.Unlock()
+	var lastErr error
+	for {
+		select {
+		case <-exited:
+			if bytes.Contains(tail(vm.qemuLog, 4096), []byte("host forwarding rule")) {
+				return errPortTaken
+			}
+			return errors.New("qemu exited before ssh was ready")
+		default:
+		}
+		client, err := vm.dial(ctx, addr)
+		if err == nil {
+			vm.mu.Lock()
+			vm.client = client
+			vm.mu.Unlock()
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for ssh on %s: %w (last attempt: %v)", addr, ctx.Err(), lastErr)
+		case <-exited:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (vm *VM) dial(ctx context.Context, addr string) (*ssh.Client, error) {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = conn.SetDeadline(deadline)
+	c, chans, reqs, err := ssh.NewClientConn(conn, addr, vm.sshConfig)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// Reboot reboots the guest cleanly (systemd's reboot path, so filesystems are synced and
+// unmounted) and waits for SSH again; disks are the same. It checks the boot ID changed.
+func (vm *VM) Reboot(ctx context.Context) error {
+	before, err := vm.bootID(ctx)
+	if err != nil {
+		return fmt.Errorf("vmharness: reboot: %w", err)
+	}
+	start := time.Now()
+	if err := vm.powerDown(ctx, "systemctl reboot"); err != nil {
+		return fmt.Errorf("vmharness: reboot: %w", err)
+	}
+	if err := vm.boot(ctx); err != nil {
+		return fmt.Errorf("vmharness: reboot: %w", err)
+	}
+	after, err := vm.bootID(ctx)
+	if err != nil {
+		return fmt.Errorf("vmharness: reboot: %w", err)
+	}
+	if after == before {
+		return fmt.Errorf("vmharness: reboot: boot ID %s did not change", after)
+	}
+	vm.logf("rebooted in %s", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+func (vm *VM) bootID(ctx context.Context) (string, error) {
+	id, err := vm.Output(ctx, "cat /proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(id), err
+}
+
+// Shutdown powers the guest off cleanly and waits for QEMU to exit. If that does not happen
+// within ctx, QEMU is killed and an error returned.
+func (vm *VM) Shutdown(ctx context.Context) error {
+	if err := vm.powerDown(ctx, "systemctl poweroff"); err != nil {
+		return fmt.Errorf("vmharness: shutdown: %w", err)
+	}
+	return nil
+}
+
+// powerDown asks the guest to stop (QEMU runs with -no-reboot, so a reboot stops it too) and
+// waits for QEMU to exit.
+func (vm *VM) powerDown(ctx context.Context, command string) error {
+	vm.mu.Lock()
+	exited := vm.exited
+	vm.mu.Unlock()
+	if !vm.running() {
+		return errors.New("not running")
+	}
+	// The guest may drop the connection before reporting an exit status; only QEMU's exit
+	// tells whether the command worked.
+	runCtx, cancelRun := context.WithTimeout(ctx, 30*time.Second)
+	_, _, _, _ = vm.Run(runCtx, command)
+	cancelRun()
+	vm.closeClient()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		vm.kill()
+		return fmt.Errorf("guest did not stop after %q: %w\n%s", command, ctx.Err(), vm.diagnostics())
+	}
+}
+
+// Kill ends QEMU with SIGKILL: a power cut. Writes QEMU had not yet passed to the host are
+// lost; writes it had passed survive in the host's page cache, whether or not the guest
+// flushed them. Start powers the VM on again.
+func (vm *VM) Kill() error {
+	if !vm.running() {
+		return errors.New("vmharness: kill: not running")
+	}
+	vm.kill()
+	return nil
+}
+
+func (vm *VM) kill() {
+	vm.closeClient()
+	vm.mu.Lock()
+	proc, exited := vm.proc, vm.exited
+	vm.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = proc.Kill()
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		vm.logf("qemu pid %d did not exit 30 s after SIGKILL", proc.Pid)
+	}
+}
+
+func (vm *VM) closeClient() {
+	vm.mu.Lock()
+	c := vm.client
+	vm.client = nil
+	vm.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Close kills QEMU if it still runs. The work dir (and the disks in it) stays; tests usually
+// put it in t.TempDir().
+func (vm *VM) Close() {
+	if vm.running() {
+		vm.kill()
+	}
+	vm.closeClient()
+}
+
+// diagnostics is what a human needs to see why a boot failed: the end of the console and of
+// QEMU's own output.
+func (vm *VM) diagnostics() string {
+	return fmt.Sprintf("--- console (%s), last lines:\n%s\n--- qemu (%s), last lines:\n%s",
+		vm.console, tail(vm.console, 3000), vm.qemuLog, tail(vm.qemuLog, 1500))
+}
+
+func tail(path string, n int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		_, _ = f.Seek(-n, io.SeekEnd)
+	}
+	b, _ := io.ReadAll(f)
+	return bytes.ToValidUTF8(b, []byte("?"))
+}
