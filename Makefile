@@ -88,7 +88,7 @@ test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run t
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
-	cd operator && FLASHCACHE_VM_IMAGE=$$img go test -count=1 -v -tags vm -timeout 60m ./test/...
+	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -v -tags vm -timeout 60m ./test/...
 
 .PHONY: vm-shell
 vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in it.

@@ -64,6 +64,9 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 			res.Status = statusOf(v, o)
 			return res, nil
 		}
+		if n := len(res.Steps); n > 0 && res.Steps[n-1] == steps[0] {
+			return res, fmt.Errorf("%s did not take effect: the host still needs it after running it", steps[0])
+		}
 		e.Log.Info("applying", "volume", v.Name, "step", steps[0].String())
 		if err := e.execute(ctx, v, o, steps[0]); err != nil {
 			return res, fmt.Errorf("%s: %w", steps[0].Kind, err)
@@ -71,7 +74,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		res.Changed = true
 		res.Steps = append(res.Steps, steps[0])
 	}
-	return res, fmt.Errorf("volume %s did not converge in %d steps; last steps: %v", v.Name, maxRounds, res.Steps[len(res.Steps)-3:])
+	return res, fmt.Errorf("volume %s did not converge in %d steps", v.Name, maxRounds)
 }
 
 // PlanOnly observes and plans without changing anything: `flashcache node plan`.
@@ -90,12 +93,14 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		return e.wipeAll(ctx, o.Cache)
 	case StepWipeBacking:
 		return e.wipeAll(ctx, o.Backing)
-	case StepDiscardCache:
-		discard := e.Run
-		discard.Timeout = discardTimeout
-		_, err := discard.Run(ctx, "blkdiscard", "--force", o.Cache.DevPath)
-		return err
 	case StepPartitionCache:
+		if s.Discard {
+			discard := e.Run
+			discard.Timeout = discardTimeout
+			if _, err := discard.Run(ctx, "blkdiscard", "--force", o.Cache.DevPath); err != nil {
+				return err
+			}
+		}
 		if _, err := e.Run.Run(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
 			return err
 		}
@@ -107,18 +112,25 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			return err
 		}
 		return e.waitForPartition(ctx, o.Cache)
-	case StepMakeCache:
-		policy := string(v.Spec.ReplacementPolicy)
-		if policy == "" {
-			policy = "lru"
+	case StepMakeBcache, StepMakeCache, StepMakeBacking:
+		args := []string{}
+		if s.Kind != StepMakeBacking {
+			if o.CachePart == nil {
+				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+			}
+			policy := string(v.Spec.ReplacementPolicy)
+			if policy == "" || policy == "random" { // make-bcache knows lru and fifo; sysfs sets random
+				policy = "lru"
+			}
+			args = append(args, "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
 		}
-		if o.CachePart == nil {
-			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+		if s.Kind != StepMakeCache {
+			args = append(args, "-B", o.Backing.DevPath)
 		}
-		_, err := e.Run.Run(ctx, "make-bcache", "--wipe-bcache", "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
-		return err
-	case StepMakeBacking:
-		_, err := e.Run.Run(ctx, "make-bcache", "--wipe-bcache", "--label", s.Label, "-B", o.Backing.DevPath)
+		if s.Value != "" {
+			args = append(args, "--cset-uuid", s.Value)
+		}
+		_, err := e.Run.Run(ctx, "make-bcache", args...)
 		return err
 	case StepRegisterCache:
 		if o.CachePart == nil {

@@ -93,6 +93,8 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 		{"cache_mode", string(fcv1.CacheModeWritethrough)},
 		{"writeback_delay", "0"},
 		{"writeback_percent", "0"},
+		// Someone may have stopped writeback; a flush that waited on it would never end.
+		{"writeback_running", "1"},
 	} {
 		if err := blockdev.SetKnob(dir, knob.name, knob.value); err != nil {
 			return nil, err

@@ -36,7 +36,7 @@ type Observation struct {
 }
 
 // backingKnobs are the backing device's tunables the engine manages.
-var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "sequential_cutoff", "state", "dirty_data", "label"}
+var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label"}
 
 // Observe reads what the kernel and the disks say about the volume's devices.
 func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {

@@ -17,8 +17,8 @@ type StepKind string
 // The actions, in the order a new volume needs them.
 const (
 	StepWipeCache       StepKind = "wipe-cache-device"
-	StepDiscardCache    StepKind = "discard-cache-device"
 	StepPartitionCache  StepKind = "partition-cache-device"
+	StepMakeBcache      StepKind = "make-bcache"
 	StepMakeCache       StepKind = "make-bcache-cache"
 	StepWipeBacking     StepKind = "wipe-backing-device"
 	StepMakeBacking     StepKind = "make-bcache-backing"
@@ -41,6 +41,10 @@ type Step struct {
 	From    string `json:"from,omitempty"`
 	// Start and End are the partition's sectors, for partition-cache-device.
 	Start int64 `json:"startSector,omitempty"`
+	// Discard says the whole device is discarded before it is partitioned, so the SSD knows the
+	// spare area is free. One step with the partitioning: a discard changes nothing the engine
+	// can observe afterwards.
+	Discard bool `json:"discard,omitempty"`
 	End   int64 `json:"endSector,omitempty"`
 	// Label is the volume's label, for steps that write it.
 	Label string `json:"label,omitempty"`
@@ -51,7 +55,11 @@ func (s Step) String() string {
 	case StepSetTunable, StepSetCacheTunable:
 		return fmt.Sprintf("%s %s: %s %q -> %q", s.Kind, s.Device, s.Tunable, s.From, s.Value)
 	case StepPartitionCache:
-		return fmt.Sprintf("%s %s: GPT, partition 1 sectors %d-%d named %q, rest left unpartitioned", s.Kind, s.Device, s.Start, s.End, s.Label)
+		discard := ""
+		if s.Discard {
+			discard = "discard the whole device, "
+		}
+		return fmt.Sprintf("%s %s: %sGPT, partition 1 sectors %d-%d named %q, rest left unpartitioned", s.Kind, s.Device, discard, s.Start, s.End, s.Label)
 	default:
 		return fmt.Sprintf("%s %s", s.Kind, s.Device)
 	}
@@ -80,6 +88,7 @@ const (
 	ReasonForeignCacheSet   = "AttachedToAnotherCacheSet"
 	ReasonCacheTooSmall     = "CacheDeviceTooSmall"
 	ReasonPartitionMismatch = "CachePartitionMismatch"
+	ReasonDirtyWithoutCache = "DirtyDataWithoutItsCache"
 )
 
 const (
@@ -128,10 +137,8 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 		if err != nil {
 			return nil, err
 		}
-		if o.Cache.DiscardMaxBytes > 0 {
-			steps = append(steps, Step{Kind: StepDiscardCache, Device: o.Cache.DevPath})
-		}
-		steps = append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label})
+		steps = append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label,
+			Discard: o.Cache.DiscardMaxBytes > 0})
 		cachePart = "partition 1 of " + o.Cache.DevPath
 	} else if o.CacheSB == nil {
 		if len(o.CachePartSigs) > 0 && !wipeConsent(v).CacheDevice {
@@ -139,28 +146,45 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 				Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", cachePart, describe(o.CachePartSigs, nil))}
 		}
 	}
-	if o.CacheSB == nil || !cacheIsOurs {
-		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart})
-	} else if !o.CacheSB.IsCache() {
+	cacheSB := cacheIsOurs && o.CacheSB != nil
+	if cacheSB && !o.CacheSB.IsCache() {
 		return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
 			Message: fmt.Sprintf("%s is labelled for this volume but holds a bcache backing superblock", cachePart)}
 	}
+	set := ""
+	if cacheSB {
+		set = o.CacheSB.SetUUID()
+	}
 
-	// The backing device: ours when its bcache superblock carries our label.
-	backingIsOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
-	if !backingIsOurs {
-		if len(o.BackingSigs) > 0 {
-			if !wipeConsent(v).BackingDevice {
-				return nil, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
-					Message: fmt.Sprintf("%s carries %s; set spec.wipe.backingDevice to erase it and every byte of data on it", o.Backing.DevPath, describe(o.BackingSigs, o.Backing.Partitions))}
-			}
-			steps = append(steps, Step{Kind: StepWipeBacking, Device: o.Backing.DevPath})
+	// The backing device: ours when its bcache superblock carries our label, or no label yet and
+	// our cache set (make-bcache writes the set, and the label can only follow through sysfs).
+	backingIsOurs := o.BackingSB != nil && !o.BackingSB.IsCache() &&
+		(o.BackingSB.Label() == label || (o.BackingSB.Label() == "" && set != "" && o.BackingSB.SetUUID() == set))
+	if !backingIsOurs && len(o.BackingSigs) > 0 {
+		if !wipeConsent(v).BackingDevice {
+			return nil, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
+				Message: fmt.Sprintf("%s carries %s; set spec.wipe.backingDevice to erase it and every byte of data on it", o.Backing.DevPath, describe(o.BackingSigs, o.Backing.Partitions))}
 		}
-		steps = append(steps, Step{Kind: StepMakeBacking, Device: o.Backing.DevPath, Label: label})
+		steps = append(steps, Step{Kind: StepWipeBacking, Device: o.Backing.DevPath})
+	}
+
+	// One make-bcache call formats both with the same cache set, so they attach by themselves
+	// and the backing device is recognisably ours before its label is written.
+	switch {
+	case !cacheSB && !backingIsOurs:
+		steps = append(steps, Step{Kind: StepMakeBcache, Device: cachePart + " and " + o.Backing.DevPath})
+	case !cacheSB:
+		if state := o.BackingSB.Fields["dev.data.cache_state"]; strings.Contains(state, "dirty") {
+			return nil, &Refusal{Reason: ReasonDirtyWithoutCache, Field: "cacheDevice.path",
+				Message: fmt.Sprintf("%s holds dirty data of cache set %s, which is not on %s; a new cache would lose it", o.Backing.DevPath, o.BackingSB.SetUUID(), cachePart)}
+		}
+		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart, Value: o.BackingSB.SetUUID()})
+	case !backingIsOurs:
+		steps = append(steps, Step{Kind: StepMakeBacking, Device: o.Backing.DevPath, Value: set})
 	}
 
 	// Registration and attachment, as udev and bcache-tools' rules would do on a host.
-	if o.CacheReg == nil || !cacheIsOurs || o.CacheSB == nil {
+	if o.CacheReg == nil || !cacheSB {
 		steps = append(steps, Step{Kind: StepRegisterCache, Device: cachePart})
 	}
 	if o.BackingReg == nil || !backingIsOurs {
@@ -169,10 +193,6 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	bcacheDev := "the bcache device of " + o.Backing.DevPath
 	if o.BackingReg != nil {
 		bcacheDev = "/dev/" + o.BackingReg.Device
-	}
-	set := ""
-	if o.CacheSB != nil && cacheIsOurs {
-		set = o.CacheSB.SetUUID()
 	}
 	switch {
 	case o.BackingReg == nil || set == "":
@@ -246,9 +266,14 @@ func guard(v Volume, o *Observation) error {
 		return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
 			Message: fmt.Sprintf("%s is held by %s", o.Cache.Path, strings.Join(o.Cache.Holders, ", "))}
 	}
-	if o.CachePart != nil && len(o.CachePart.Holders) > 0 {
-		return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("%s is held by %s", o.CachePart.DevPath, strings.Join(o.CachePart.Holders, ", "))}
+	if o.CachePart != nil {
+		// bcache links the cache partition to the bcache device it serves, like the backing device.
+		for _, h := range o.CachePart.Holders {
+			if h != ours {
+				return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
+					Message: fmt.Sprintf("%s is held by %s", o.CachePart.DevPath, h)}
+			}
+		}
 	}
 	if o.CachePart != nil && o.CachePartName == v.Label() {
 		_, end, err := cachePartition(o.Cache.SizeBytes, v.overProvisionPercent())
@@ -304,9 +329,12 @@ func tunables(v Volume, want Desired) []tunable {
 		return func(have string) bool { return have == value }
 	}
 	return []tunable{
+		{"label", v.Label(), exact(v.Label())},
 		{"cache_mode", mode, func(have string) bool { a, _ := blockdev.ActiveChoice(have); return a == mode }},
 		{"writeback_percent", strconv.Itoa(int(percent)), exact(strconv.Itoa(int(percent)))},
 		{"writeback_delay", kernelWritebackDelay, exact(kernelWritebackDelay)},
+		// Stopped writeback leaves dirty data on the SSD for ever.
+		{"writeback_running", "1", exact("1")},
 		{"sequential_cutoff", strconv.FormatInt(cutoff, 10), func(have string) bool {
 			// bcache prints "4.0M": one decimal of the unit, so compare at that precision.
 			got, err := blockdev.ParseHumanSize(have)

@@ -40,7 +40,7 @@ func blankDisks() *Observation {
 func converged(v Volume) *Observation {
 	o := blankDisks()
 	o.Cache.Partitions = []string{"nvme0n1p1"}
-	o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1", SizeBytes: 3276 << 20}
+	o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1", SizeBytes: 3276 << 20, Holders: []string{"bcache0"}}
 	o.CachePartName = v.Label()
 	o.CacheSigs = []blockdev.Signature{{Type: "gpt", Usage: "partition table"}}
 	o.CachePartSigs = []blockdev.Signature{{Type: "bcache"}}
@@ -52,8 +52,8 @@ func converged(v Volume) *Observation {
 	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/sda/bcache", Device: "bcache0", AttachedSet: "set-1"}
 	o.Backing.Holders = []string{"bcache0"}
 	o.Knobs = map[string]string{
-		"cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
-		"writeback_delay": "30", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
+		"label": v.Label(), "cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
+		"writeback_delay": "30", "writeback_running": "1", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
 	}
 	o.StableTarget = "/dev/bcache0"
 	return o
@@ -76,14 +76,14 @@ func TestPlanFromBlankDisksBuildsEverythingInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "discard-cache-device partition-cache-device make-bcache-cache make-bcache-backing register-cache register-backing attach " +
-		"set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:sequential_cutoff " +
+	want := "partition-cache-device make-bcache register-cache register-backing attach " +
+		"set-tunable:label set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:writeback_running set-tunable:sequential_cutoff " +
 		"set-cache-tunable:cache_replacement_policy link-stable-path"
 	if got := kinds(steps); got != want {
 		t.Errorf("steps:\n got %s\nwant %s", got, want)
 	}
-	part := steps[1]
-	if part.Start != 2048 || part.Label != "fc:mysql" {
+	part := steps[0]
+	if part.Start != 2048 || part.Label != "fc-mysql" || !part.Discard {
 		t.Errorf("partition step = %+v", part)
 	}
 	// 80% of 4 GiB, on a 1 MiB boundary: the partition ends at 3276 MiB.
@@ -163,6 +163,10 @@ func TestPlanRefusesWhatItMustNotTouch(t *testing.T) {
 		{"cache is a partition", func(o *Observation) { o.Cache.Parent = "nvme0n1"; o.Cache.Name = "nvme0n1p2" }, ReasonNotWholeDisk, "cacheDevice.path"},
 		{"same disk", func(o *Observation) { o.Backing.Parent = "nvme0n1"; o.Backing.Name = "nvme0n1p2" }, ReasonSameDisk, "backingDevice.path"},
 		{"backing held by LVM", func(o *Observation) { o.Backing.Holders = []string{"dm-0"} }, ReasonHeld, "backingDevice.path"},
+		{"cache partition held by another device", func(o *Observation) {
+			o.Cache.Partitions = []string{"nvme0n1p1"}
+			o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1", Holders: []string{"md0"}}
+		}, ReasonHeld, "cacheDevice.path"},
 		{"cache too small", func(o *Observation) { o.Cache.SizeBytes = 70 << 20 }, ReasonCacheTooSmall, "cacheDevice.path"},
 	}
 	for _, c := range cases {
@@ -189,7 +193,7 @@ func TestPlanWipesOnlyWithConsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(kinds(steps), "wipe-backing-device make-bcache-backing") {
+	if !strings.Contains(kinds(steps), "wipe-backing-device make-bcache ") {
 		t.Errorf("steps = %s", kinds(steps))
 	}
 	// Consent for the backing device is not consent for the cache device.
@@ -220,7 +224,7 @@ func TestPlanRefusesRepartitionUnderNewOverProvisioning(t *testing.T) {
 
 func TestLabelFitsBcacheAndStaysUnique(t *testing.T) {
 	short := Volume{Name: "mysql-0"}
-	if short.Label() != "fc:mysql-0" {
+	if short.Label() != "fc-mysql-0" {
 		t.Errorf("label %q", short.Label())
 	}
 	a := Volume{Name: "mysql-data-of-a-very-long-statefulset-name-0"}
@@ -236,5 +240,44 @@ func TestHumanSizeMatchesBcachePrinting(t *testing.T) {
 		if got := humanSize(in); got != want {
 			t.Errorf("humanSize(%d) = %s, want %s", in, got, want)
 		}
+	}
+}
+
+func TestBackingWithOurCacheSetButNoLabelYetIsOurs(t *testing.T) {
+	// make-bcache ran, the label (written through sysfs) did not: a kill between the two.
+	v := testVolume()
+	o := converged(v)
+	o.BackingSB.Fields["dev.label"] = "(empty)"
+	o.Knobs["label"] = ""
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); got != "set-tunable:label" {
+		t.Errorf("steps = %s, want only the label", got)
+	}
+	// The same unlabelled superblock of another cache set is not ours.
+	o.BackingSB.Fields["cset.uuid"] = "set-other"
+	if _, err := Plan(v, o, Desired{}); refusal(t, err).Reason != ReasonCarriesData {
+		t.Errorf("unlabelled backing device of another cache set taken")
+	}
+}
+
+func TestMissingCacheSuperblockIsRemadeOnlyForACleanBackingDevice(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.CacheSB, o.CacheReg, o.CachePartSigs = nil, nil, nil
+	o.BackingReg, o.Backing.Holders, o.CachePart.Holders = nil, nil, nil
+	o.BackingSB.Fields["dev.data.cache_state"] = "1 [clean]"
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if steps[0].Kind != StepMakeCache || steps[0].Value != "set-1" {
+		t.Errorf("first step = %v, want make-bcache-cache into set-1", steps[0])
+	}
+	o.BackingSB.Fields["dev.data.cache_state"] = "2 [dirty]"
+	if _, err := Plan(v, o, Desired{}); refusal(t, err).Reason != ReasonDirtyWithoutCache {
+		t.Errorf("a new cache planned over a backing device whose dirty data is elsewhere")
 	}
 }

@@ -27,7 +27,8 @@ const bcacheLabelMax = 32
 // GPT name of the cache partition. A restart or reboot finds the label and adopts the devices
 // instead of building them again; a device with another label is never taken without consent.
 func (v Volume) Label() string {
-	const prefix = "fc:"
+	// No ':' in it: sgdisk ends a partition name at the first colon.
+	const prefix = "fc-"
 	if len(prefix)+len(v.Name) <= bcacheLabelMax {
 		return prefix + v.Name
 	}

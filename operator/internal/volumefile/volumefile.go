@@ -6,6 +6,7 @@ package volumefile
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
 	"k8s.io/apimachinery/pkg/runtime"
+	utiljson "k8s.io/apimachinery/pkg/util/json"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 	"sigs.k8s.io/yaml"
@@ -128,10 +130,16 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 	var problems []error
 	seen := map[string]bool{}
 	for doc := 1; ; doc++ {
-		var obj map[string]any
-		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
+			return nil, fmt.Errorf("document %d: %w", doc, err)
+		}
+		// Numbers as the API server sees them: int64 where whole (encoding/json would give
+		// float64, which the schema's integer and int-or-string checks refuse).
+		var obj map[string]any
+		if err := utiljson.Unmarshal(raw, &obj); err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
 		if obj == nil {

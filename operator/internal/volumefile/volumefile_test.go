@@ -24,6 +24,8 @@ spec:
   cacheDevice: {path: /dev/disk/by-id/nvme-b, overProvisionPercent: 30}
   backingDevice: {path: /dev/disk/by-id/ata-b}
   mode: writethrough
+  sequentialCutoff: 0
+  dirtyThresholdPercent: 25
 `
 
 func TestReadAppliesTheCRDDefaults(t *testing.T) {
@@ -39,7 +41,7 @@ func TestReadAppliesTheCRDDefaults(t *testing.T) {
 		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" {
 		t.Errorf("defaults not applied: %+v", a)
 	}
-	if *vols[1].Spec.CacheDevice.OverProvisionPercent != 30 || vols[1].Spec.Mode != "writethrough" {
+	if b := vols[1].Spec; *b.CacheDevice.OverProvisionPercent != 30 || b.Mode != "writethrough" || !b.SequentialCutoff.IsZero() || *b.DirtyThresholdPercent != 25 {
 		t.Errorf("explicit values lost: %+v", vols[1].Spec)
 	}
 }

@@ -1,0 +1,518 @@
+//go:build vm
+
+// Package enginevm proves the node engine on a real kernel: the flashcache binary runs inside a
+// QEMU guest with an emulated NVMe SSD and throttled SCSI HDDs, and real bcache.
+package enginevm
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashcache/flashcache/operator/test/vmharness"
+)
+
+var (
+	cacheA = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-a", Size: 2 << 30}
+	hddA   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-a", Size: 4 << 30}
+	cacheB = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-b", Size: 1 << 30}
+	hddB   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-b", Size: 2 << 30}
+	hddC   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-c", Size: 1 << 30}
+)
+
+// guest wraps the VM with the helpers these tests share.
+type guest struct {
+	t   *testing.T
+	vm  *vmharness.VM
+	ctx context.Context
+	dir string
+}
+
+// sh runs a shell command in the guest and fails the test if it fails.
+func (g *guest) sh(t *testing.T, cmd string) string {
+	t.Helper()
+	stdout, stderr, code, err := g.vm.Run(g.ctx, cmd)
+	if err != nil || code != 0 {
+		t.Fatalf("guest: %s: exit %d, %v\n%s%s", cmd, code, err, stdout, stderr)
+	}
+	return strings.TrimSpace(stdout)
+}
+
+// report is `flashcache node ... -o json`.
+type report struct {
+	Changed bool `json:"changed"`
+	Failed  bool `json:"failed"`
+	Volumes []struct {
+		Name    string `json:"name"`
+		Changed bool   `json:"changed"`
+		Steps   []struct {
+			Kind    string `json:"kind"`
+			Tunable string `json:"tunable"`
+		} `json:"steps"`
+		Status *struct {
+			Device        string `json:"device"`
+			StablePath    string `json:"stablePath"`
+			CacheMode     string `json:"cacheMode"`
+			State         string `json:"state"`
+			CapacityBytes int64  `json:"capacityBytes"`
+		} `json:"status"`
+		Flush *struct {
+			FlushedBytes   int64   `json:"flushedBytes"`
+			Duration       int64   `json:"duration"`
+			BytesPerSecond float64 `json:"bytesPerSecond"`
+			Held           bool    `json:"held"`
+		} `json:"flush"`
+		Teardown *struct {
+			Changed bool     `json:"changed"`
+			Steps   []string `json:"steps"`
+		} `json:"teardown"`
+		Error *struct {
+			Reason  string `json:"reason"`
+			Field   string `json:"field"`
+			Message string `json:"message"`
+		} `json:"error"`
+	} `json:"volumes"`
+}
+
+// String shows a report with its errors spelled out, for failure messages.
+func (r report) String() string {
+	var b strings.Builder
+	for _, v := range r.Volumes {
+		fmt.Fprintf(&b, "%s: changed=%v steps=[%s]", v.Name, v.Changed, r.stepKinds())
+		if v.Error != nil {
+			fmt.Fprintf(&b, " error %s on %s: %s", v.Error.Reason, v.Error.Field, v.Error.Message)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+func (r report) stepKinds() string {
+	var k []string
+	for _, v := range r.Volumes {
+		for _, s := range v.Steps {
+			k = append(k, s.Kind)
+		}
+	}
+	return strings.Join(k, " ")
+}
+
+// node runs `flashcache node SUB --config FILE -o json ARGS...` and returns its report and exit code.
+func (g *guest) node(t *testing.T, sub, file string, args ...string) (report, int, string) {
+	t.Helper()
+	cmd := fmt.Sprintf("flashcache node %s --config /root/%s -o json %s", sub, file, strings.Join(args, " "))
+	stdout, stderr, code, err := g.vm.Run(g.ctx, cmd)
+	if err != nil {
+		t.Fatalf("guest: %s: %v", cmd, err)
+	}
+	var r report
+	if strings.TrimSpace(stdout) != "" {
+		if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+			t.Fatalf("%s: output is not a report: %v\n%s\n%s", cmd, err, stdout, stderr)
+		}
+	}
+	return r, code, stderr
+}
+
+// volumeFile writes a FlashCacheVolume file into the guest's /root.
+func (g *guest) volumeFile(t *testing.T, name, volume string, cache, backing string, extra string) {
+	t.Helper()
+	doc := fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: %s}
+spec:
+  nodeName: vm
+  cacheDevice: {path: %s}
+  backingDevice: {path: %s}
+%s`, volume, cache, backing, extra)
+	local := filepath.Join(g.dir, name)
+	if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.vm.CopyFile(g.ctx, local, "/root/"+name, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kernelName is the guest's kernel name of a disk (nvme0n1, sdb).
+func (g *guest) kernelName(t *testing.T, d vmharness.Disk) string {
+	t.Helper()
+	return g.sh(t, "basename $(readlink -f "+d.ByID()+")")
+}
+
+func (g *guest) sysfsInt(t *testing.T, path string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(g.sh(t, "cat "+path), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return v
+}
+
+func TestEngineOnARealKernel(t *testing.T) {
+	image := os.Getenv("FLASHCACHE_VM_IMAGE")
+	binary := os.Getenv("FLASHCACHE_BIN")
+	if image == "" || binary == "" {
+		t.Fatal("FLASHCACHE_VM_IMAGE and FLASHCACHE_BIN must be set: run `make test-vm`")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	vm, err := vmharness.Boot(ctx, vmharness.Options{
+		Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
+		Disks: []vmharness.Disk{cacheA, hddA, cacheB, hddB, hddC},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	g := &guest{t: t, vm: vm, ctx: ctx, dir: t.TempDir()}
+	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("guest kernel %s; by hand: %s", g.sh(t, "uname -r"), strings.Join(vm.SSHCommand(), " "))
+
+	steps := []struct {
+		name string
+		fn   func(*testing.T, *guest)
+	}{
+		{"BadSpecIsRefusedBeforeAnyDiskIsTouched", testBadSpec},
+		{"DiskWithAFilesystemOrMountedIsRefusedAndKeepsItsData", testRefusesFilesystemAndMount},
+		{"RootDiskIsRefusedEvenWithConsent", testRefusesRootDisk},
+		{"BuildFromBlankDisksLeavesSpareAreaAndSetsTunables", testBuild},
+		{"SecondApplyChangesNothing", testIdempotent},
+		{"SpecChangesReachTheKernel", testTunableChanges},
+		{"FlushLeavesEveryByteOnTheBackingDisk", testFlushIntegrity},
+		{"FlushPassRestoresTheConfiguredMode", testFlushPass},
+		{"KilledApplyConverges", testKilledApply},
+		{"RebootAdoptsWithoutReformatting", testAdoptionAfterReboot},
+		{"TeardownRemovesOnlyWhatItMade", testTeardown},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, func(t *testing.T) { s.fn(t, g) }) {
+			t.Fatalf("%s failed; the later steps depend on it", s.name)
+		}
+	}
+}
+
+func testBadSpec(t *testing.T, g *guest) {
+	g.volumeFile(t, "bad.yaml", "bad", "/dev/nvme0n1", hddB.ByID(), "  flushPeriod: soon\n")
+	_, code, stderr := g.node(t, "apply", "bad.yaml")
+	if code == 0 || !strings.Contains(stderr, "spec.cacheDevice.path") || !strings.Contains(stderr, "spec.flushPeriod") {
+		t.Errorf("exit %d, stderr:\n%s\nwant a failure naming spec.cacheDevice.path and spec.flushPeriod", code, stderr)
+	}
+	if sigs := g.sh(t, "wipefs --no-act "+hddB.ByID()+" /dev/nvme0n1"); sigs != "" {
+		t.Errorf("disks touched by a refused spec:\n%s", sigs)
+	}
+}
+
+func testRefusesFilesystemAndMount(t *testing.T, g *guest) {
+	c := g.kernelName(t, hddC)
+	g.sh(t, "mkfs.ext4 -q -L precious "+hddC.ByID()+" && mkdir -p /mnt/c && mount "+hddC.ByID()+" /mnt/c && "+
+		"head -c 8M /dev/urandom > /mnt/c/data && sha256sum /mnt/c/data > /root/c.sum && umount /mnt/c")
+
+	g.volumeFile(t, "c.yaml", "vol-c", cacheB.ByID(), hddC.ByID(), "")
+	r, code, _ := g.node(t, "apply", "c.yaml")
+	if code == 0 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Reason != "DeviceCarriesData" || r.Volumes[0].Error.Field != "backingDevice.path" {
+		t.Fatalf("ext4 backing device: exit %d, report %v", code, r)
+	}
+	if !strings.Contains(r.Volumes[0].Error.Message, "ext4") {
+		t.Errorf("refusal does not say what the disk carries: %s", r.Volumes[0].Error.Message)
+	}
+
+	// Mounted: refused even with consent to wipe.
+	g.volumeFile(t, "c-wipe.yaml", "vol-c", cacheB.ByID(), hddC.ByID(), "  wipe: {cacheDevice: true, backingDevice: true}\n")
+	g.sh(t, "mount "+hddC.ByID()+" /mnt/c")
+	r, code, _ = g.node(t, "apply", "c-wipe.yaml")
+	g.sh(t, "umount /mnt/c")
+	if code == 0 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Reason != "DeviceMounted" {
+		t.Fatalf("mounted backing device: exit %d, report %v", code, r)
+	}
+
+	g.sh(t, "mount -o ro "+hddC.ByID()+" /mnt/c && sha256sum -c /root/c.sum && umount /mnt/c")
+	if parts := g.sh(t, "ls /sys/class/block/"+g.kernelName(t, cacheB)+" | grep -c p1 || true"); parts != "0" {
+		t.Errorf("the cache device was partitioned although the volume was refused")
+	}
+	t.Logf("%s kept its ext4 filesystem and data", c)
+}
+
+func testRefusesRootDisk(t *testing.T, g *guest) {
+	root := g.sh(t, `lsblk -no PKNAME $(findmnt -no SOURCE /) | head -1; true`)
+	if root == "" {
+		root = g.sh(t, `basename $(findmnt -no SOURCE /)`)
+	}
+	byPath := g.sh(t, fmt.Sprintf(`for l in /dev/disk/by-path/*; do [ "$(basename $(readlink -f $l))" = %q ] && echo $l && break; done`, root))
+	if byPath == "" {
+		t.Fatalf("no /dev/disk/by-path link for the root disk %s", root)
+	}
+	g.volumeFile(t, "root.yaml", "vol-root", cacheB.ByID(), byPath, "  wipe: {cacheDevice: true, backingDevice: true}\n")
+	r, code, _ := g.node(t, "apply", "root.yaml")
+	if code == 0 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Reason != "DeviceIsRootDisk" {
+		t.Fatalf("root disk %s (%s): exit %d, report %v", root, byPath, code, r)
+	}
+	g.sh(t, "test -s /etc/os-release")
+}
+
+func testBuild(t *testing.T, g *guest) {
+	g.volumeFile(t, "a.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), "")
+	start := time.Now()
+	r, code, stderr := g.node(t, "apply", "a.yaml")
+	if code != 0 || !r.Changed {
+		t.Fatalf("apply: exit %d\n%s\n%s", code, r, stderr)
+	}
+	t.Logf("built in %s: %s", time.Since(start).Round(10*time.Millisecond), r.stepKinds())
+	st := r.Volumes[0].Status
+	if st == nil || !strings.HasPrefix(st.Device, "bcache") || st.StablePath != "/dev/flashcache/vol-a" || st.CacheMode != "writeback" {
+		t.Fatalf("status = %v", st)
+	}
+	if target := g.sh(t, "readlink -f /dev/flashcache/vol-a"); target != "/dev/"+st.Device {
+		t.Errorf("stable path points at %s, want /dev/%s", target, st.Device)
+	}
+
+	// The spare area: the partition table has one partition of 80% from 1 MiB, the rest is free.
+	disk := g.kernelName(t, cacheA)
+	diskSectors := g.sysfsInt(t, "/sys/class/block/"+disk+"/size")
+	start1 := g.sysfsInt(t, "/sys/class/block/"+disk+"/"+disk+"p1/start")
+	size1 := g.sysfsInt(t, "/sys/class/block/"+disk+"/"+disk+"p1/size")
+	table := g.sh(t, "sgdisk --print "+cacheA.ByID())
+	t.Logf("cache disk %s: %d sectors; partition 1: start %d, %d sectors\n%s", disk, diskSectors, start1, size1, table)
+	if start1 != 2048 {
+		t.Errorf("partition starts at sector %d, want 2048 (1 MiB)", start1)
+	}
+	if want := diskSectors * 80 / 100; size1 > want || size1 < want-2048-2048 {
+		t.Errorf("partition has %d sectors, want about 80%% of %d (%d)", size1, diskSectors, want)
+	}
+	if n := strings.Count(g.sh(t, "ls /sys/class/block/"+disk), disk+"p"); n != 1 {
+		t.Errorf("%d partitions, want 1", n)
+	}
+	if !strings.Contains(table, "fc-vol-a") {
+		t.Errorf("partition not named for the volume:\n%s", table)
+	}
+	free := diskSectors - (start1 + size1)
+	if free*100/diskSectors < 19 {
+		t.Errorf("only %d of %d sectors left unpartitioned", free, diskSectors)
+	}
+
+	// Tunables read back as set.
+	bc := "/sys/block/" + st.Device + "/bcache/"
+	for file, want := range map[string]string{
+		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "4.0M", "writeback_delay": "30", "label": "fc-vol-a",
+	} {
+		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	if got := g.sh(t, "cat /sys/class/block/"+disk+"p1/bcache/cache_replacement_policy"); !strings.Contains(got, "[lru]") {
+		t.Errorf("cache_replacement_policy = %q", got)
+	}
+	if got := g.sh(t, "cat "+bc+"state"); got != "clean" {
+		t.Errorf("state = %q, want clean", got)
+	}
+}
+
+func testIdempotent(t *testing.T, g *guest) {
+	r, code, stderr := g.node(t, "apply", "a.yaml")
+	if code != 0 || r.Changed || r.stepKinds() != "" {
+		t.Fatalf("second apply: exit %d, changed %v, steps %q\n%s", code, r.Changed, r.stepKinds(), stderr)
+	}
+	plan, code, _ := g.node(t, "plan", "a.yaml")
+	if code != 0 || plan.Changed {
+		t.Errorf("plan after apply: exit %d changed %v steps %q", code, plan.Changed, plan.stepKinds())
+	}
+}
+
+func testTunableChanges(t *testing.T, g *guest) {
+	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID(), hddA.ByID(),
+		"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
+	plan, _, _ := g.node(t, "plan", "a2.yaml")
+	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable" {
+		t.Errorf("plan = %q", plan.stepKinds())
+	}
+	if r, code, stderr := g.node(t, "apply", "a2.yaml"); code != 0 || !r.Changed {
+		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	for file, want := range map[string]string{"cache_mode": "[writearound]", "writeback_percent": "25", "sequential_cutoff": "0.0k"} {
+		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	if got := g.sh(t, "cat /sys/class/block/"+g.kernelName(t, cacheA)+"p1/bcache/cache_replacement_policy"); !strings.Contains(got, "[fifo]") {
+		t.Errorf("cache_replacement_policy = %q", got)
+	}
+	// Back to the defaults for the next steps.
+	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+}
+
+// writeDirty writes size MiB of random data through the volume with writeback stopped, so that
+// all of it is dirty on the cache device, and returns its checksum.
+func writeDirty(t *testing.T, g *guest, mib int, offsetMiB int) string {
+	t.Helper()
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	// Writeback stopped and no sequential bypass: every byte written stays dirty on the SSD.
+	g.sh(t, "echo 0 > /sys/block/"+dev+"/bcache/writeback_running && echo 0 > /sys/block/"+dev+"/bcache/sequential_cutoff")
+	sum := g.sh(t, fmt.Sprintf("head -c %dM /dev/urandom > /root/pattern && "+
+		"dd if=/root/pattern of=/dev/flashcache/vol-a bs=1M seek=%d oflag=direct conv=fsync status=none && "+
+		"sha256sum < /root/pattern | cut -d' ' -f1", mib, offsetMiB))
+	if state := g.sh(t, "cat /sys/block/"+dev+"/bcache/state"); state != "dirty" {
+		t.Fatalf("state after writing in writeback with writeback stopped = %q, want dirty", state)
+	}
+	return sum
+}
+
+func testFlushIntegrity(t *testing.T, g *guest) {
+	const mib = 128
+	sum := writeDirty(t, g, mib, 0)
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	dirty := g.sh(t, "cat "+bc+"dirty_data")
+	t.Logf("dirty before flush: %s", dirty)
+
+	r, code, stderr := g.node(t, "flush", "a.yaml", "--timeout", "10m")
+	if code != 0 || r.Volumes[0].Flush == nil {
+		t.Fatalf("flush: exit %d\n%s", code, stderr)
+	}
+	f := r.Volumes[0].Flush
+	t.Logf("flushed %.1f MiB in %s: %.1f MiB/s; the HDD is throttled to %d MiB/s and %d IOPS",
+		float64(f.FlushedBytes)/(1<<20), time.Duration(f.Duration).Round(time.Millisecond), f.BytesPerSecond/(1<<20),
+		vmharness.DefaultHDDBytesPerSec>>20, vmharness.DefaultHDDIOPS)
+	if !f.Held || f.FlushedBytes < (mib-1)<<20 {
+		t.Errorf("flush result = %v", f)
+	}
+	if state := g.sh(t, "cat "+bc+"state"); state != "clean" {
+		t.Errorf("state after flush = %q", state)
+	}
+	if d := g.sh(t, "cat "+bc+"dirty_data"); d != "0.0k" {
+		t.Errorf("dirty_data after flush = %q", d)
+	}
+	if mode := g.sh(t, "cat "+bc+"cache_mode"); !strings.Contains(mode, "[writethrough]") {
+		t.Errorf("cache_mode after flush = %q, want held in writethrough", mode)
+	}
+
+	// Detach, then read the backing disk itself, past bcache's data offset.
+	g.sh(t, "echo 1 > "+bc+"detach && for i in $(seq 100); do [ \"$(cat "+bc+"state)\" = 'no cache' ] && break; sleep 0.1; done; test \"$(cat "+bc+"state)\" = 'no cache'")
+	offset := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.data.first_sector/ {print $2}'")
+	// Large direct reads: the HDD is throttled to 150 IOPS, so 512-byte reads would take half an hour.
+	direct := g.sh(t, fmt.Sprintf("dd if=%s bs=1M skip=$((%s * 512)) count=%d iflag=direct,skip_bytes status=none | sha256sum | cut -d' ' -f1", hddA.ByID(), offset, mib))
+	if direct != sum {
+		t.Fatalf("backing disk past sector %s holds %s, want %s", offset, direct, sum)
+	}
+	t.Logf("backing disk read directly from sector %s matches the %d MiB written", offset, mib)
+
+	// Release: the next apply re-attaches the cache and restores writeback.
+	r, code, stderr = g.node(t, "release", "a.yaml")
+	if code != 0 || !strings.Contains(r.stepKinds(), "attach") {
+		t.Fatalf("release: exit %d steps %q\n%s", code, r.stepKinds(), stderr)
+	}
+	if mode := g.sh(t, "cat "+bc+"cache_mode"); !strings.Contains(mode, "[writeback]") {
+		t.Errorf("cache_mode after release = %q", mode)
+	}
+	if got := g.sh(t, fmt.Sprintf("dd if=/dev/flashcache/vol-a bs=1M count=%d iflag=direct status=none | sha256sum | cut -d' ' -f1", mib)); got != sum {
+		t.Errorf("data read through the re-attached volume differs")
+	}
+}
+
+func testFlushPass(t *testing.T, g *guest) {
+	writeDirty(t, g, 16, 256)
+	r, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m")
+	if code != 0 || r.Volumes[0].Flush == nil || r.Volumes[0].Flush.Held {
+		t.Fatalf("flush --pass: exit %d %v\n%s", code, r, stderr)
+	}
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	if state, mode := g.sh(t, "cat "+bc+"state"), g.sh(t, "cat "+bc+"cache_mode"); state != "clean" || !strings.Contains(mode, "[writeback]") {
+		t.Errorf("after a pass: state %q mode %q, want clean and writeback", state, mode)
+	}
+	// A pass on a clean volume changes nothing.
+	if r, _, _ := g.node(t, "flush", "a.yaml", "--pass"); r.Changed {
+		t.Errorf("pass on a clean volume reported a change")
+	}
+}
+
+func testKilledApply(t *testing.T, g *guest) {
+	g.sh(t, "wipefs --all --quiet "+hddB.ByID())
+	g.volumeFile(t, "b.yaml", "vol-b", cacheB.ByID(), hddB.ByID(), "  wipe: {cacheDevice: true}\n")
+	for _, delay := range []string{"0.3", "0.7", "1.2", "2", "3"} {
+		_, _, code, err := g.vm.Run(g.ctx, "timeout -s KILL "+delay+" flashcache node apply --config /root/b.yaml -o json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		plan, pcode, stderr := g.node(t, "plan", "b.yaml")
+		t.Logf("killed after %ss (exit %d); remaining: %s", delay, code, plan.stepKinds())
+		if pcode != 0 && (len(plan.Volumes) == 0 || plan.Volumes[0].Error != nil) {
+			t.Fatalf("after a kill at %ss the volume is refused: %v\n%s", delay, plan, stderr)
+		}
+	}
+	r, code, stderr := g.node(t, "apply", "b.yaml")
+	if code != 0 {
+		t.Fatalf("apply after kills: exit %d\n%s", code, stderr)
+	}
+	if r, _, _ = g.node(t, "apply", "b.yaml"); r.Changed {
+		t.Errorf("apply after convergence changed: %s", r.stepKinds())
+	}
+	if n := strings.Count(g.sh(t, "ls /sys/class/block/"+g.kernelName(t, cacheB)), g.kernelName(t, cacheB)+"p"); n != 1 {
+		t.Errorf("%d partitions on the cache device, want 1", n)
+	}
+}
+
+func testAdoptionAfterReboot(t *testing.T, g *guest) {
+	sum := writeDirty(t, g, 64, 512)
+	before := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.uuid/ {print $2}'")
+	if err := g.vm.Reboot(g.ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, code, stderr := g.node(t, "apply", "a.yaml")
+	if code != 0 {
+		t.Fatalf("apply after reboot: exit %d\n%s", code, stderr)
+	}
+	for _, forbidden := range []string{"wipe", "partition", "make-bcache", "discard"} {
+		if strings.Contains(r.stepKinds(), forbidden) {
+			t.Fatalf("apply after reboot rebuilt the volume: %s", r.stepKinds())
+		}
+	}
+	t.Logf("after reboot apply did: %q", r.stepKinds())
+	if after := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.uuid/ {print $2}'"); after != before {
+		t.Errorf("backing superblock changed across reboot: %s -> %s", before, after)
+	}
+	got := g.sh(t, "dd if=/dev/flashcache/vol-a bs=1M skip=512 count=64 iflag=direct status=none | sha256sum | cut -d' ' -f1")
+	if got != sum {
+		t.Errorf("data written before the reboot differs after it")
+	}
+}
+
+func testTeardown(t *testing.T, g *guest) {
+	for _, v := range []struct {
+		file           string
+		cache, backing vmharness.Disk
+	}{{"a.yaml", cacheA, hddA}, {"b.yaml", cacheB, hddB}} {
+		if _, code, stderr := g.node(t, "teardown", v.file); code == 0 || !strings.Contains(stderr, "--confirm") {
+			t.Errorf("teardown without --confirm: exit %d\n%s", code, stderr)
+		}
+		r, code, stderr := g.node(t, "teardown", v.file, "--confirm")
+		if code != 0 || r.Volumes[0].Teardown == nil || !r.Volumes[0].Teardown.Changed {
+			t.Fatalf("teardown %s: exit %d\n%s", v.file, code, stderr)
+		}
+		t.Logf("teardown %s: %v", v.file, r.Volumes[0].Teardown.Steps)
+		if sigs := g.sh(t, "wipefs --no-act "+v.backing.ByID()+" "+v.cache.ByID()); sigs != "" {
+			t.Errorf("signatures left after teardown:\n%s", sigs)
+		}
+		disk := g.kernelName(t, v.cache)
+		if n := strings.Count(g.sh(t, "ls /sys/class/block/"+disk), disk+"p"); n != 0 {
+			t.Errorf("%d partitions left on %s", n, disk)
+		}
+		if r, code, _ := g.node(t, "teardown", v.file, "--confirm"); code != 0 || r.Changed {
+			t.Errorf("second teardown: exit %d changed %v", code, r.Changed)
+		}
+	}
+	g.sh(t, "test ! -e /dev/flashcache/vol-a && test ! -e /dev/flashcache/vol-b")
+	// The disk with the filesystem was never touched.
+	g.sh(t, "mount -o ro "+hddC.ByID()+" /mnt/c && sha256sum -c /root/c.sum && umount /mnt/c")
+}
