@@ -44,8 +44,8 @@ type Step struct {
 	// Discard says the whole device is discarded before it is partitioned, so the SSD knows the
 	// spare area is free. One step with the partitioning: a discard changes nothing the engine
 	// can observe afterwards.
-	Discard bool `json:"discard,omitempty"`
-	End   int64 `json:"endSector,omitempty"`
+	Discard bool  `json:"discard,omitempty"`
+	End     int64 `json:"endSector,omitempty"`
 	// Label is the volume's label, for steps that write it.
 	Label string `json:"label,omitempty"`
 }
