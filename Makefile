@@ -51,13 +51,13 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-vm test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
 lint: ## gofmt and go vet (with the envtest files).
 	@unformatted=$$(cd operator && gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	cd operator && go vet ./... && go vet -tags envtest ./...
+	cd operator && go vet ./... && go vet -tags envtest ./... && go vet -tags vm ./...
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
@@ -88,7 +88,7 @@ test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run t
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
-	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -v -tags vm -timeout 60m ./test/...
+	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -p 1 -v -tags vm -timeout 60m ./test/...
 
 .PHONY: vm-shell
 vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in it.

@@ -37,18 +37,14 @@ func (r Runner) SuperShow(ctx context.Context, devPath string) (SuperBlock, erro
 	return sb, nil
 }
 
-// PartitionName is the GPT name of a partition, from the kernel's uevent (no udev needed).
-func PartitionName(name string) (string, error) {
-	b, err := os.ReadFile(filepath.Join(SysClassBlock, name, "uevent"))
+// FirstPartitionName reads the name of partition 1 from the partition table on the disk itself,
+// which the kernel may not have read yet.
+func (r Runner) FirstPartitionName(ctx context.Context, devPath string) (string, error) {
+	out, err := r.Run(ctx, "sfdisk", "--json", devPath)
 	if err != nil {
-		return "", fmt.Errorf("reading uevent of %s: %w", name, err)
+		return "", fmt.Errorf("reading the partition table of %s: %w", devPath, err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "PARTNAME="); ok {
-			return v, nil
-		}
-	}
-	return "", nil
+	return ParseSfdiskFirstName(out)
 }
 
 // CacheRegistration is a registered bcache cache device.

@@ -167,3 +167,26 @@ func unescapeMount(s string) string {
 	}
 	return b.String()
 }
+
+// ParseSfdiskFirstName returns the name of the partition that starts first in `sfdisk --json`
+// output ("" when there is none or it has no name).
+func ParseSfdiskFirstName(out string) (string, error) {
+	var doc struct {
+		PartitionTable struct {
+			Partitions []struct {
+				Start int64  `json:"start"`
+				Name  string `json:"name"`
+			} `json:"partitions"`
+		} `json:"partitiontable"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		return "", fmt.Errorf("parsing sfdisk output: %w", err)
+	}
+	name, first := "", int64(-1)
+	for _, p := range doc.PartitionTable.Partitions {
+		if first < 0 || p.Start < first {
+			name, first = p.Name, p.Start
+		}
+	}
+	return name, nil
+}

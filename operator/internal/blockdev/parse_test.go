@@ -148,3 +148,25 @@ func TestParseMountInfo(t *testing.T) {
 		t.Errorf("escaped mount point = %q", mounts[1].MountPoint)
 	}
 }
+
+func TestParseSfdiskFirstName(t *testing.T) {
+	out := `{
+   "partitiontable": {
+      "label": "gpt", "id": "90C8246D-11FA-4DED-A65A-F8009BBA822E", "device": "/dev/nvme0n1", "unit": "sectors",
+      "firstlba": 34, "lastlba": 4194270, "sectorsize": 512,
+      "partitions": [
+         {"node": "/dev/nvme0n1p2", "start": 3354624, "size": 2048, "type": "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "uuid": "B", "name": "other"},
+         {"node": "/dev/nvme0n1p1", "start": 2048, "size": 3352576, "type": "0FC63DAF-8483-4772-8E79-3D69D8477DE4", "uuid": "A", "name": "fc-vol-a"}
+      ]
+   }
+}`
+	if got, err := ParseSfdiskFirstName(out); err != nil || got != "fc-vol-a" {
+		t.Errorf("got %q, %v", got, err)
+	}
+	if got, err := ParseSfdiskFirstName(`{"partitiontable": {"label": "gpt", "partitions": []}}`); err != nil || got != "" {
+		t.Errorf("empty table: %q, %v", got, err)
+	}
+	if _, err := ParseSfdiskFirstName("not json"); err == nil {
+		t.Error("garbage accepted")
+	}
+}

@@ -112,6 +112,11 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			return err
 		}
 		return e.waitForPartition(ctx, o.Cache)
+	case StepRereadTable:
+		if _, err := e.Run.Run(ctx, "blockdev", "--rereadpt", o.Cache.DevPath); err != nil {
+			return err
+		}
+		return e.waitForPartition(ctx, o.Cache)
 	case StepMakeBcache, StepMakeCache, StepMakeBacking:
 		args := []string{}
 		if s.Kind != StepMakeBacking {

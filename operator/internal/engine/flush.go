@@ -53,6 +53,9 @@ func (e *Engine) Status(ctx context.Context, v Volume) (*Status, error) {
 	return s, nil
 }
 
+// flushPoll is how often a flush looks at bcache's state.
+const flushPoll = 100 * time.Millisecond
+
 // FlushProgress is reported about once a second while a flush waits.
 type FlushProgress struct {
 	DirtyBytes int64         `json:"dirtyBytes"`
@@ -89,6 +92,8 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 		return nil, err
 	}
 	dir := o.BackingReg.Sysfs
+	// Measured before writeback is unleashed, so the rate covers all of it.
+	first, _ := readDirty(dir)
 	for _, knob := range []struct{ name, value string }{
 		{"cache_mode", string(fcv1.CacheModeWritethrough)},
 		{"writeback_delay", "0"},
@@ -102,11 +107,12 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 	}
 
 	start := time.Now()
-	first, _ := readDirty(dir)
 	last, lastAt := first, start
+	reported := time.Time{}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	err = blockdev.WaitFor(ctx, time.Second, fmt.Sprintf("volume %s to be clean", v.Name), func() (bool, error) {
+	// Poll often enough to time short flushes well; report progress about once a second.
+	err = blockdev.WaitFor(ctx, flushPoll, fmt.Sprintf("volume %s to be clean", v.Name), func() (bool, error) {
 		state, err := blockdev.Knob(dir, "state")
 		if err != nil {
 			return false, err
@@ -116,20 +122,22 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 			return false, err
 		}
 		now := time.Now()
-		p := FlushProgress{DirtyBytes: dirty, State: state, Elapsed: now.Sub(start)}
-		if dt := now.Sub(lastAt).Seconds(); dt > 0 && dirty < last {
-			p.BytesPerSecond = float64(last-dirty) / dt
-			p.ETA = time.Duration(float64(dirty) / p.BytesPerSecond * float64(time.Second))
-		}
-		last, lastAt = dirty, now
-		if progress != nil {
+		done := state == "clean" || state == "no cache"
+		if progress != nil && (done || now.Sub(reported) >= time.Second) {
+			p := FlushProgress{DirtyBytes: dirty, State: state, Elapsed: now.Sub(start)}
+			if dt := now.Sub(lastAt).Seconds(); dt > 0 && dirty < last {
+				p.BytesPerSecond = float64(last-dirty) / dt
+				p.ETA = time.Duration(float64(dirty) / p.BytesPerSecond * float64(time.Second))
+			}
+			last, lastAt, reported = dirty, now, now
 			progress(p)
 		}
 		// "clean" comes only after a full scan finds no dirty keys; "no cache" has none to flush.
-		return state == "clean" || state == "no cache", nil
+		return done, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w; %s of dirty data left, volume held in writethrough", err, humanSize(last))
+		left, _ := readDirty(dir)
+		return nil, fmt.Errorf("%w; %s of dirty data left, volume held in writethrough", err, humanSize(left))
 	}
 	elapsed := time.Since(start)
 	res := &FlushResult{FlushedBytes: first, Duration: elapsed, Held: true}

@@ -15,11 +15,14 @@ type Observation struct {
 	CacheSigs   []blockdev.Signature
 	CacheMounts []string
 	// CachePart is the cache disk's first partition, when there is one.
-	CachePart     *blockdev.Device
+	CachePart *blockdev.Device
+	// CachePartName is OnDiskPartName when the kernel knows the partition.
 	CachePartName string
 	CachePartSigs []blockdev.Signature
-	CacheSB       *blockdev.SuperBlock
-	CacheReg      *blockdev.CacheRegistration
+	// OnDiskPartName is the name of the first partition in the cache disk's GPT.
+	OnDiskPartName string
+	CacheSB        *blockdev.SuperBlock
+	CacheReg       *blockdev.CacheRegistration
 
 	Backing       blockdev.Device
 	BackingSigs   []blockdev.Signature
@@ -64,15 +67,20 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 		return nil, err
 	}
 
+	if hasType(o.CacheSigs, "gpt") {
+		// From the table on the disk: the kernel's copy lacks the name when it learnt of the
+		// partition through partx, and lacks the partition when a run died before telling it.
+		if o.OnDiskPartName, err = e.Run.FirstPartitionName(ctx, o.Cache.DevPath); err != nil {
+			return nil, err
+		}
+	}
 	if len(o.Cache.Partitions) > 0 {
 		part, err := blockdev.InspectName(o.Cache.Partitions[0])
 		if err != nil {
 			return nil, err
 		}
 		o.CachePart = &part
-		if o.CachePartName, err = blockdev.PartitionName(part.Name); err != nil {
-			return nil, err
-		}
+		o.CachePartName = o.OnDiskPartName
 		if o.CachePartSigs, err = e.Run.Signatures(ctx, part.DevPath); err != nil {
 			return nil, err
 		}

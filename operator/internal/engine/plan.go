@@ -18,6 +18,7 @@ type StepKind string
 const (
 	StepWipeCache       StepKind = "wipe-cache-device"
 	StepPartitionCache  StepKind = "partition-cache-device"
+	StepRereadTable     StepKind = "reread-partition-table"
 	StepMakeBcache      StepKind = "make-bcache"
 	StepMakeCache       StepKind = "make-bcache-cache"
 	StepWipeBacking     StepKind = "wipe-backing-device"
@@ -41,11 +42,11 @@ type Step struct {
 	From    string `json:"from,omitempty"`
 	// Start and End are the partition's sectors, for partition-cache-device.
 	Start int64 `json:"startSector,omitempty"`
+	End   int64 `json:"endSector,omitempty"`
 	// Discard says the whole device is discarded before it is partitioned, so the SSD knows the
 	// spare area is free. One step with the partitioning: a discard changes nothing the engine
 	// can observe afterwards.
-	Discard bool  `json:"discard,omitempty"`
-	End     int64 `json:"endSector,omitempty"`
+	Discard bool `json:"discard,omitempty"`
 	// Label is the volume's label, for steps that write it.
 	Label string `json:"label,omitempty"`
 }
@@ -124,6 +125,12 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	cacheIsOurs := o.CachePart != nil && o.CachePartName == label
 	if o.CachePart != nil {
 		cachePart = o.CachePart.DevPath
+	}
+	if !cacheIsOurs && len(o.Cache.Partitions) == 0 && o.OnDiskPartName == label {
+		// Our table is on the disk but the kernel has not read it: a run killed right after
+		// sgdisk wrote it. Reading it is all that is missing; no consent is needed.
+		steps = append(steps, Step{Kind: StepRereadTable, Device: o.Cache.DevPath})
+		cacheIsOurs = true
 	}
 	if !cacheIsOurs {
 		if len(o.CacheSigs) > 0 || len(o.Cache.Partitions) > 0 {

@@ -281,3 +281,21 @@ func TestMissingCacheSuperblockIsRemadeOnlyForACleanBackingDevice(t *testing.T) 
 		t.Errorf("a new cache planned over a backing device whose dirty data is elsewhere")
 	}
 }
+
+func TestTableTheKernelHasNotReadIsReadNotWiped(t *testing.T) {
+	v := testVolume()
+	o := blankDisks()
+	o.CacheSigs = []blockdev.Signature{{Type: "gpt", Usage: "partition table"}, {Type: "PMBR", Usage: "partition table"}}
+	o.OnDiskPartName = v.Label()
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(kinds(steps), "reread-partition-table make-bcache ") {
+		t.Errorf("steps = %s", kinds(steps))
+	}
+	o.OnDiskPartName = "someone-else"
+	if _, err := Plan(v, o, Desired{}); refusal(t, err).Reason != ReasonCarriesData {
+		t.Errorf("another table was not refused")
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
@@ -82,16 +83,16 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 	}
 	if backingOurs {
-		if _, err := e.Run.Run(ctx, "wipefs", "--all", "--types", "bcache", o.Backing.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "wipefs", "--all", "--types", "bcache", o.Backing.DevPath); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
 	}
 	if cacheOurs {
-		if _, err := e.Run.Run(ctx, "wipefs", "--all", o.CachePart.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "wipefs", "--all", o.CachePart.DevPath); err != nil {
 			return res, err
 		}
-		if _, err := e.Run.Run(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
@@ -104,6 +105,25 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	}
 	res.Changed = len(res.Steps) > 0
 	return res, nil
+}
+
+// whenReleased runs a command that needs the device to itself, retrying while the kernel still
+// holds it: bcache closes its devices asynchronously after stop and unregister.
+func (e *Engine) whenReleased(ctx context.Context, name string, args ...string) error {
+	var last error
+	err := e.waitUntil(ctx, name+" on a released device", func() (bool, error) {
+		_, err := e.Run.Run(ctx, name, args...)
+		var ce *blockdev.CommandError
+		if errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Stderr), "busy") {
+			last = err
+			return false, nil
+		}
+		return true, err
+	})
+	if err != nil && last != nil {
+		return fmt.Errorf("%w; last attempt: %v", err, last)
+	}
+	return err
 }
 
 func (e *Engine) waitLong(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {

@@ -117,6 +117,9 @@ func (g *guest) node(t *testing.T, sub, file string, args ...string) (report, in
 			t.Fatalf("%s: output is not a report: %v\n%s\n%s", cmd, err, stdout, stderr)
 		}
 	}
+	if code != 0 {
+		t.Logf("%s: exit %d\n%s", cmd, code, r)
+	}
 	return r, code, stderr
 }
 
@@ -439,8 +442,9 @@ func testFlushPass(t *testing.T, g *guest) {
 
 func testKilledApply(t *testing.T, g *guest) {
 	g.sh(t, "wipefs --all --quiet "+hddB.ByID())
-	g.volumeFile(t, "b.yaml", "vol-b", cacheB.ByID(), hddB.ByID(), "  wipe: {cacheDevice: true}\n")
-	for _, delay := range []string{"0.3", "0.7", "1.2", "2", "3"} {
+	// No consent to wipe: a killed run must leave nothing the next run would call foreign.
+	g.volumeFile(t, "b.yaml", "vol-b", cacheB.ByID(), hddB.ByID(), "")
+	for _, delay := range []string{"1.5", "2", "2.5", "3", "3.5", "4", "5"} {
 		_, _, code, err := g.vm.Run(g.ctx, "timeout -s KILL "+delay+" flashcache node apply --config /root/b.yaml -o json")
 		if err != nil {
 			t.Fatal(err)
@@ -498,7 +502,7 @@ func testTeardown(t *testing.T, g *guest) {
 		}
 		r, code, stderr := g.node(t, "teardown", v.file, "--confirm")
 		if code != 0 || r.Volumes[0].Teardown == nil || !r.Volumes[0].Teardown.Changed {
-			t.Fatalf("teardown %s: exit %d\n%s", v.file, code, stderr)
+			t.Fatalf("teardown %s: exit %d\n%s\n%s", v.file, code, r, stderr)
 		}
 		t.Logf("teardown %s: %v", v.file, r.Volumes[0].Teardown.Steps)
 		if sigs := g.sh(t, "wipefs --no-act "+v.backing.ByID()+" "+v.cache.ByID()); sigs != "" {
