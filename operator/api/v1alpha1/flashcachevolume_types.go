@@ -173,7 +173,7 @@ type VolumeSpec struct {
 
 // SafetySpec configures the durability checks run before writeback is enabled.
 type SafetySpec struct {
-	// policy is Enforce (an unsafe device keeps the volume in writethrough) or Warn.
+	// policy is Enforce (an unsafe or worn device keeps the volume in writethrough) or Warn.
 	// +optional
 	// +kubebuilder:default=Enforce
 	Policy SafetyPolicy `json:"policy,omitempty"`
@@ -181,6 +181,14 @@ type SafetySpec struct {
 	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed.
 	// +optional
 	TrustWriteCache bool `json:"trustWriteCache,omitempty"`
+
+	// maxWearPercent is the share of the cache device's rated life (SMART percentage used) past
+	// which it counts as worn: under Enforce a worn cache is flushed and held in writethrough.
+	// +optional
+	// +kubebuilder:default=90
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	MaxWearPercent *int32 `json:"maxWearPercent,omitempty"`
 }
 
 // WipeSpec is explicit consent to destroy what a device carries. Without it the agent refuses

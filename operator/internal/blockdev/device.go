@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,8 +131,9 @@ func inspectName(path, name string) (Device, error) {
 }
 
 // MountedAt returns where the device or any of its partitions or holders is mounted or used as
-// swap, according to the host's mount table.
-func MountedAt(d Device) ([]string, error) {
+// swap, according to the host's mount table. Holders named in except are not counted: a
+// volume's own bcache device being mounted is its normal use.
+func MountedAt(d Device, except ...string) ([]string, error) {
 	ids := map[string]bool{d.MajorMinor: true}
 	names := map[string]bool{d.Name: true}
 	for _, p := range d.Partitions {
@@ -141,6 +143,9 @@ func MountedAt(d Device) ([]string, error) {
 		}
 	}
 	for _, h := range d.Holders {
+		if slices.Contains(except, h) {
+			continue
+		}
 		names[h] = true
 		if mm, err := readTrim(filepath.Join(SysClassBlock, h, "dev")); err == nil {
 			ids[mm] = true

@@ -37,6 +37,7 @@ type volumeReport struct {
 	Status   *engine.Status         `json:"status,omitempty"`
 	Flush    *engine.FlushResult    `json:"flush,omitempty"`
 	Teardown *engine.TeardownResult `json:"teardown,omitempty"`
+	Check    *engine.CheckReport    `json:"check,omitempty"`
 	Error    *reportError           `json:"error,omitempty"`
 }
 
@@ -145,7 +146,7 @@ then go back to the configured mode (a held volume stays held).`,
 				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 					res, err := e.Apply(ctx, v, engine.Desired{})
 					if res != nil {
-						r.Changed, r.Steps, r.Warnings, r.Status = res.Changed, res.Steps, res.Warnings, res.Status
+						r.Changed, r.Steps, r.Warnings, r.Status, r.Check = res.Changed, res.Steps, res.Warnings, res.Status, res.Check
 					}
 					return err
 				})
@@ -179,7 +180,22 @@ then go back to the configured mode (a held volume stays held).`,
 			},
 		},
 		teardown,
-		notBuiltCommand("check", "Run the durability and wear checks"),
+		&cobra.Command{
+			Use:   "check",
+			Short: "Judge both devices' durability and the cache's wear (writes only to scratch regions)",
+			Long: `Reads the kernel's and the device's view of each write cache, times small synchronous
+writes on a scratch region of each device (between the partition table and the cache partition on
+the SSD, between the bcache superblock and the data on the backing disk; never user data, never
+the spare area), reads SMART wear, and gives a verdict per device and for the volume.`,
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+					rep, err := e.Check(ctx, v)
+					r.Check = rep
+					return err
+				})
+			},
+		},
 	)
 	return node
 }
@@ -255,6 +271,15 @@ func printReport(w io.Writer, output string, report nodeReport) error {
 		if t := r.Teardown; t != nil {
 			for _, s := range t.Steps {
 				fmt.Fprintf(w, "  - %s\n", s)
+			}
+		}
+		if c := r.Check; c != nil {
+			fmt.Fprintf(w, "  durability: %s, worn=%v, writeback allowed=%v (policy %s)\n", c.Verdict, c.Worn, c.WritebackAllowed, c.Policy)
+			for _, d := range c.Devices {
+				fmt.Fprintf(w, "    %s %s: %s\n", d.Role, d.Device, d.Verdict)
+				for _, reason := range d.Reasons {
+					fmt.Fprintf(w, "      - %s\n", reason)
+				}
 			}
 		}
 		if r.Error != nil {

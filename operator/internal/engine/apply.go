@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
 // Engine runs the node work for volumes on this host.
@@ -35,46 +38,95 @@ const (
 	discardTimeout = 15 * time.Minute
 )
 
+// DowngradeFlushTimeout bounds the blocking flush that apply runs when it leaves writeback with
+// dirty data (a hold, or a safety downgrade).
+var DowngradeFlushTimeout = time.Hour
+
 // Result is what apply did and what the volume looks like now.
 type Result struct {
-	Changed  bool     `json:"changed"`
-	Steps    []Step   `json:"steps"`
-	Warnings []string `json:"warnings,omitempty"`
-	Status   *Status  `json:"status,omitempty"`
+	Changed  bool         `json:"changed"`
+	Steps    []Step       `json:"steps"`
+	Warnings []string     `json:"warnings,omitempty"`
+	Status   *Status      `json:"status,omitempty"`
+	Check    *CheckReport `json:"check,omitempty"`
 }
 
 // Apply builds or adopts the volume and sets its tunables, one step at a time, observing again
 // after each step. Run again after an interruption, it continues where the host is.
+//
+// Writeback is enabled only after a durability check on the built devices allowed it (once per
+// boot); until then, and whenever the check refuses it under the Enforce policy, the volume
+// runs in writethrough.
 func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
 	res := &Result{Steps: []Step{}}
 	want.Hold = want.Hold || e.held(v)
+	wantsWriteback := v.Spec.Mode == "" || v.Spec.Mode == fcv1.CacheModeWriteback
+	check := e.lastCheck(v)
+	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
+	o, err := e.converge(ctx, v, want, res)
+	if err != nil {
+		return res, err
+	}
+	if wantsWriteback && check == nil {
+		if check, err = e.Check(ctx, v); err != nil {
+			return res, fmt.Errorf("durability check: %w", err)
+		}
+		if check.WritebackAllowed {
+			want.SafetyWritethrough = false
+			if o, err = e.converge(ctx, v, want, res); err != nil {
+				return res, err
+			}
+		}
+	}
+	res.Check = check
+	if check != nil && (check.Verdict != safety.Safe || check.Worn) {
+		what := "writeback stays enabled (policy Warn)"
+		if !check.WritebackAllowed {
+			what = "the volume stays in writethrough (policy Enforce)"
+		}
+		res.Warnings = append(res.Warnings, fmt.Sprintf("durability check %s%s: %s; %s", check.Verdict, wornText(check.Worn), strings.Join(check.Reasons, " | "), what))
+	}
+	if o.Cache.DiscardMaxBytes == 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s does not support discard: the spare area is not known to the SSD as free", o.Cache.DevPath))
+	}
+	res.Status = statusOf(v, o)
+	res.Status.Held = want.Hold
+	return res, nil
+}
+
+func wornText(worn bool) string {
+	if worn {
+		return ", cache device worn"
+	}
+	return ""
+}
+
+// converge runs observe, plan, act until the plan is empty and returns the last observation.
+func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Result) (*Observation, error) {
+	start := len(res.Steps)
 	for range maxRounds {
 		o, err := e.Observe(ctx, v)
 		if err != nil {
-			return res, err
+			return nil, err
 		}
 		steps, err := Plan(v, o, want)
 		if err != nil {
-			return res, err
+			return nil, err
 		}
 		if len(steps) == 0 {
-			if o.Cache.DiscardMaxBytes == 0 {
-				res.Warnings = append(res.Warnings, fmt.Sprintf("%s does not support discard: the spare area is not known to the SSD as free", o.Cache.DevPath))
-			}
-			res.Status = statusOf(v, o)
-			return res, nil
+			return o, nil
 		}
-		if n := len(res.Steps); n > 0 && res.Steps[n-1] == steps[0] {
-			return res, fmt.Errorf("%s did not take effect: the host still needs it after running it", steps[0])
+		if n := len(res.Steps); n > start && res.Steps[n-1] == steps[0] {
+			return nil, fmt.Errorf("%s did not take effect: the host still needs it after running it", steps[0])
 		}
 		e.Log.Info("applying", "volume", v.Name, "step", steps[0].String())
 		if err := e.execute(ctx, v, o, steps[0]); err != nil {
-			return res, fmt.Errorf("%s: %w", steps[0].Kind, err)
+			return nil, fmt.Errorf("%s: %w", steps[0].Kind, err)
 		}
 		res.Changed = true
 		res.Steps = append(res.Steps, steps[0])
 	}
-	return res, fmt.Errorf("volume %s did not converge in %d steps", v.Name, maxRounds)
+	return nil, fmt.Errorf("volume %s did not converge in %d steps", v.Name, maxRounds)
 }
 
 // PlanOnly observes and plans without changing anything: `flashcache node plan`.
@@ -130,7 +182,8 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			args = append(args, "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
 		}
 		if s.Kind != StepMakeCache {
-			args = append(args, "-B", o.Backing.DevPath)
+			// Data from 2 MiB: the gap after the superblock is the durability probe's scratch.
+			args = append(args, "--data-offset", strconv.Itoa(safety.BackingDataOffsetSectors), "-B", o.Backing.DevPath)
 		}
 		if s.Value != "" {
 			args = append(args, "--cset-uuid", s.Value)
@@ -170,6 +223,14 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 	case StepSetTunable:
 		if o.BackingReg == nil {
 			return fmt.Errorf("the bcache device is not running")
+		}
+		if from, _ := blockdev.ActiveChoice(s.From); s.Tunable == "cache_mode" && from == string(fcv1.CacheModeWriteback) &&
+			s.Value != from && o.Knobs["state"] == "dirty" {
+			// Leaving writeback with dirty data: flush it unthrottled first, or it could trickle
+			// to the backing disk for hours. The next steps restore the throttling knobs.
+			if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil); err != nil {
+				return err
+			}
 		}
 		return e.setAndVerify(o.BackingReg.Sysfs, s)
 	case StepSetCacheTunable:

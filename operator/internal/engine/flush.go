@@ -91,6 +91,15 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 	if err := e.setHold(v, true); err != nil {
 		return nil, err
 	}
+	res, err := e.flush(ctx, v, o, timeout, progress)
+	if res != nil {
+		res.Held = true
+	}
+	return res, err
+}
+
+// flush is the blocking flush itself; the caller decides about holds.
+func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout time.Duration, progress func(FlushProgress)) (*FlushResult, error) {
 	dir := o.BackingReg.Sysfs
 	// Measured before writeback is unleashed, so the rate covers all of it.
 	first, _ := readDirty(dir)
@@ -112,7 +121,7 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Poll often enough to time short flushes well; report progress about once a second.
-	err = blockdev.WaitFor(ctx, flushPoll, fmt.Sprintf("volume %s to be clean", v.Name), func() (bool, error) {
+	err := blockdev.WaitFor(ctx, flushPoll, fmt.Sprintf("volume %s to be clean", v.Name), func() (bool, error) {
 		state, err := blockdev.Knob(dir, "state")
 		if err != nil {
 			return false, err
@@ -140,7 +149,7 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 		return nil, fmt.Errorf("%w; %s of dirty data left, volume held in writethrough", err, humanSize(left))
 	}
 	elapsed := time.Since(start)
-	res := &FlushResult{FlushedBytes: first, Duration: elapsed, Held: true}
+	res := &FlushResult{FlushedBytes: first, Duration: elapsed}
 	if elapsed > 0 {
 		res.BytesPerSecond = float64(first) / elapsed.Seconds()
 	}

@@ -57,9 +57,7 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 	if o.CacheMounts, err = blockdev.MountedAt(o.Cache); err != nil {
 		return nil, err
 	}
-	if o.BackingMounts, err = blockdev.MountedAt(o.Backing); err != nil {
-		return nil, err
-	}
+
 	if o.CacheSigs, err = e.Run.Signatures(ctx, o.Cache.DevPath); err != nil {
 		return nil, err
 	}
@@ -111,6 +109,13 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 		o.BackingSB = &sb
 	}
 	if o.BackingReg, err = blockdev.RegisteredBacking(o.Backing.Name); err != nil {
+		return nil, err
+	}
+	ownDevice := ""
+	if o.BackingReg != nil {
+		ownDevice = o.BackingReg.Device
+	}
+	if o.BackingMounts, err = blockdev.MountedAt(o.Backing, ownDevice); err != nil {
 		return nil, err
 	}
 	if o.BackingReg != nil {

@@ -109,6 +109,9 @@ type Desired struct {
 	// Hold keeps the volume in writethrough, whatever the spec says: a drain or maintenance flush
 	// holds it until it is released.
 	Hold bool
+	// SafetyWritethrough keeps the volume in writethrough because no durability check has
+	// allowed writeback yet, or the last one refused it.
+	SafetyWritethrough bool
 }
 
 // Plan lists the steps that take the host from o to the volume v. It changes nothing. A refusal
@@ -321,7 +324,7 @@ func tunables(v Volume, want Desired) []tunable {
 	if mode == "" {
 		mode = string(fcv1.CacheModeWriteback)
 	}
-	if want.Hold {
+	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}
 	percent := int32(10)

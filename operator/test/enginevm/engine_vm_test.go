@@ -24,7 +24,14 @@ var (
 	cacheB = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-b", Size: 1 << 30}
 	hddB   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-b", Size: 2 << 30}
 	hddC   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-c", Size: 1 << 30}
+	// cacheWorn reports "available spare below threshold" in its SMART log.
+	cacheWorn = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-worn", Size: 1 << 30, NVMeCriticalWarning: 1}
+	hddD      = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-d", Size: 1 << 30}
 )
+
+// trusted vouches for the emulated disks' write caches, so writeback does not depend on how fast
+// the host machine completes flushes.
+const trusted = "  safety: {trustWriteCache: true}\n"
 
 // guest wraps the VM with the helpers these tests share.
 type guest struct {
@@ -49,9 +56,10 @@ type report struct {
 	Changed bool `json:"changed"`
 	Failed  bool `json:"failed"`
 	Volumes []struct {
-		Name    string `json:"name"`
-		Changed bool   `json:"changed"`
-		Steps   []struct {
+		Name     string   `json:"name"`
+		Changed  bool     `json:"changed"`
+		Warnings []string `json:"warnings"`
+		Steps    []struct {
 			Kind    string `json:"kind"`
 			Tunable string `json:"tunable"`
 		} `json:"steps"`
@@ -168,7 +176,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 	defer cancel()
 	vm, err := vmharness.Boot(ctx, vmharness.Options{
 		Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
-		Disks: []vmharness.Disk{cacheA, hddA, cacheB, hddB, hddC},
+		Disks: []vmharness.Disk{cacheA, hddA, cacheB, hddB, hddC, cacheWorn, hddD},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -192,6 +200,8 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"SpecChangesReachTheKernel", testTunableChanges},
 		{"FlushLeavesEveryByteOnTheBackingDisk", testFlushIntegrity},
 		{"FlushPassRestoresTheConfiguredMode", testFlushPass},
+		{"CheckJudgesTheDevicesAndWritesOnlyScratch", testCheck},
+		{"WornCacheIsFlushedAndHeldInWritethrough", testWornCache},
 		{"KilledApplyConverges", testKilledApply},
 		{"RebootAdoptsWithoutReformatting", testAdoptionAfterReboot},
 		{"TeardownRemovesOnlyWhatItMade", testTeardown},
@@ -262,7 +272,9 @@ func testRefusesRootDisk(t *testing.T, g *guest) {
 }
 
 func testBuild(t *testing.T, g *guest) {
-	g.volumeFile(t, "a.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), "")
+	// The emulated HDD's "platters" are a file on the host, which completes flushes faster
+	// than any real disk: trusted here, judged in CheckJudgesTheDevices.
+	g.volumeFile(t, "a.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted)
 	start := time.Now()
 	r, code, stderr := g.node(t, "apply", "a.yaml")
 	if code != 0 || !r.Changed {
@@ -316,6 +328,9 @@ func testBuild(t *testing.T, g *guest) {
 	if got := g.sh(t, "cat "+bc+"state"); got != "clean" {
 		t.Errorf("state = %q, want clean", got)
 	}
+	if off := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.data.first_sector/ {print $2}'"); off != "4096" {
+		t.Errorf("backing data starts at sector %s, want 4096 (2 MiB, after the probe's scratch region)", off)
+	}
 }
 
 func testIdempotent(t *testing.T, g *guest) {
@@ -331,7 +346,7 @@ func testIdempotent(t *testing.T, g *guest) {
 
 func testTunableChanges(t *testing.T, g *guest) {
 	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID(), hddA.ByID(),
-		"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
+		trusted+"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
 	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable" {
 		t.Errorf("plan = %q", plan.stepKinds())
@@ -443,7 +458,7 @@ func testFlushPass(t *testing.T, g *guest) {
 func testKilledApply(t *testing.T, g *guest) {
 	g.sh(t, "wipefs --all --quiet "+hddB.ByID())
 	// No consent to wipe: a killed run must leave nothing the next run would call foreign.
-	g.volumeFile(t, "b.yaml", "vol-b", cacheB.ByID(), hddB.ByID(), "")
+	g.volumeFile(t, "b.yaml", "vol-b", cacheB.ByID(), hddB.ByID(), trusted)
 	for _, delay := range []string{"1.5", "2", "2.5", "3", "3.5", "4", "5"} {
 		_, _, code, err := g.vm.Run(g.ctx, "timeout -s KILL "+delay+" flashcache node apply --config /root/b.yaml -o json")
 		if err != nil {
@@ -519,4 +534,108 @@ func testTeardown(t *testing.T, g *guest) {
 	g.sh(t, "test ! -e /dev/flashcache/vol-a && test ! -e /dev/flashcache/vol-b")
 	// The disk with the filesystem was never touched.
 	g.sh(t, "mount -o ro "+hddC.ByID()+" /mnt/c && sha256sum -c /root/c.sum && umount /mnt/c")
+}
+
+func testCheck(t *testing.T, g *guest) {
+	sum := g.sh(t, "dd if=/dev/flashcache/vol-a bs=1M count=128 iflag=direct status=none | sha256sum | cut -d' ' -f1")
+	stdout := g.sh(t, "flashcache node check --config /root/a.yaml -o json")
+	var r struct {
+		Volumes []struct {
+			Check struct {
+				Verdict          string `json:"verdict"`
+				WritebackAllowed bool   `json:"writebackAllowed"`
+				Devices          []struct {
+					Role   string `json:"role"`
+					Kernel struct {
+						WriteCache string `json:"writeCache"`
+						Rotational bool   `json:"rotational"`
+					} `json:"kernel"`
+					WriteCache struct {
+						Source        string `json:"source"`
+						VolatileCache *bool  `json:"volatileCache"`
+					} `json:"writeCache"`
+					Probe struct {
+						Writes     int     `json:"writes"`
+						P50        int64   `json:"p50"`
+						P99        int64   `json:"p99"`
+						PerSecond  float64 `json:"perSecond"`
+						Offset     int64   `json:"offset"`
+						SkipReason string  `json:"skipReason"`
+					} `json:"probe"`
+					Verdict string   `json:"verdict"`
+					Reasons []string `json:"reasons"`
+				} `json:"devices"`
+			} `json:"check"`
+		} `json:"volumes"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &r); err != nil || len(r.Volumes) != 1 || len(r.Volumes[0].Check.Devices) != 2 {
+		t.Fatalf("check report: %v\n%s", err, stdout)
+	}
+	c := r.Volumes[0].Check
+	for _, d := range c.Devices {
+		t.Logf("%s: kernel %q rotational=%v; device %s volatile=%v; sync writes p50 %s p99 %s (%.0f/s) at offset %d: %s %q",
+			d.Role, d.Kernel.WriteCache, d.Kernel.Rotational, d.WriteCache.Source, d.WriteCache.VolatileCache != nil && *d.WriteCache.VolatileCache,
+			time.Duration(d.Probe.P50), time.Duration(d.Probe.P99), d.Probe.PerSecond, d.Probe.Offset, d.Verdict, d.Reasons)
+		if d.Probe.Writes == 0 {
+			t.Errorf("%s: not probed: %s", d.Role, d.Probe.SkipReason)
+		}
+		if d.WriteCache.Source == "" || d.WriteCache.VolatileCache == nil {
+			t.Errorf("%s: the device did not report its write cache", d.Role)
+		}
+	}
+	cache, backing := c.Devices[0], c.Devices[1]
+	if cache.Kernel.Rotational || !backing.Kernel.Rotational {
+		t.Errorf("rotational: cache %v backing %v", cache.Kernel.Rotational, backing.Kernel.Rotational)
+	}
+	if !strings.HasPrefix(cache.WriteCache.Source, "nvme") || !strings.HasPrefix(backing.WriteCache.Source, "sdparm") {
+		t.Errorf("device views from %q and %q", cache.WriteCache.Source, backing.WriteCache.Source)
+	}
+	if !c.WritebackAllowed {
+		t.Errorf("trusted volume: writeback not allowed: %+v", c)
+	}
+	// The probe wrote only to scratch regions: the volume's data is unchanged.
+	if got := g.sh(t, "dd if=/dev/flashcache/vol-a bs=1M count=128 iflag=direct status=none | sha256sum | cut -d' ' -f1"); got != sum {
+		t.Errorf("the check changed the volume's data")
+	}
+	g.sh(t, "bcache-super-show "+hddA.ByID()+" >/dev/null && bcache-super-show "+g.sh(t, "ls /dev/"+g.kernelName(t, cacheA)+"p1")+" >/dev/null")
+
+}
+
+func testWornCache(t *testing.T, g *guest) {
+	// Policy Warn: the worn cache is reported, writeback goes on.
+	g.volumeFile(t, "d-warn.yaml", "vol-d", cacheWorn.ByID(), hddD.ByID(), "  safety: {trustWriteCache: true, policy: Warn}\n")
+	r, code, stderr := g.node(t, "apply", "d-warn.yaml")
+	if code != 0 {
+		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-d)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	if mode := g.sh(t, "cat "+bc+"cache_mode"); !strings.Contains(mode, "[writeback]") {
+		t.Fatalf("policy Warn: cache_mode %q, want writeback", mode)
+	}
+	warned := strings.Join(r.Volumes[0].Warnings, " ")
+	if !strings.Contains(warned, "cache device worn") || !strings.Contains(warned, "critical warning") {
+		t.Errorf("no wear warning: %q", warned)
+	}
+
+	// Dirty data on the worn cache, then the policy becomes Enforce: apply flushes, then holds
+	// the volume in writethrough.
+	g.sh(t, "echo 0 > "+bc+"writeback_running && echo 0 > "+bc+"sequential_cutoff")
+	sum := g.sh(t, "head -c 32M /dev/urandom | tee /root/d-pattern | dd of=/dev/flashcache/vol-d bs=1M oflag=direct status=none && sha256sum < /root/d-pattern | cut -d' ' -f1")
+	if state := g.sh(t, "cat "+bc+"state"); state != "dirty" {
+		t.Fatalf("state %q, want dirty", state)
+	}
+	g.volumeFile(t, "d.yaml", "vol-d", cacheWorn.ByID(), hddD.ByID(), "  safety: {trustWriteCache: true}\n")
+	if _, code, stderr := g.node(t, "apply", "d.yaml"); code != 0 {
+		t.Fatalf("apply under Enforce: exit %d\n%s", code, stderr)
+	}
+	if mode, state := g.sh(t, "cat "+bc+"cache_mode"), g.sh(t, "cat "+bc+"state"); !strings.Contains(mode, "[writethrough]") || state != "clean" {
+		t.Errorf("worn cache under Enforce: mode %q state %q, want writethrough and clean", mode, state)
+	}
+	if got := g.sh(t, "dd if=/dev/flashcache/vol-d bs=1M count=32 iflag=direct status=none | sha256sum | cut -d' ' -f1"); got != sum {
+		t.Errorf("data changed by the downgrade")
+	}
+	if r, _, _ := g.node(t, "teardown", "d.yaml", "--confirm"); r.Failed {
+		t.Errorf("teardown: %s", r)
+	}
 }

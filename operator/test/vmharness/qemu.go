@@ -57,6 +57,9 @@ type Disk struct {
 	// HDD throttling: 0 means the default above, a negative value means unlimited.
 	IOPS        int
 	BytesPerSec int64
+	// NVMeCriticalWarning is the SMART critical warning an NVMe disk reports (bit 0: available
+	// spare below threshold), for the wear checks.
+	NVMeCriticalWarning uint8
 }
 
 // ByID is the stable name the guest's udev gives the disk, as observed with Debian 12's udev
@@ -180,7 +183,7 @@ func qemuArgs(c qemuConfig) []string {
 		case NVMe:
 			args = append(args,
 				"-drive", drive+",discard=unmap",
-				"-device", "nvme,drive="+id+",serial="+d.Serial)
+				"-device", fmt.Sprintf("nvme,drive=%s,serial=%s,smart_critical_warning=%d", id, d.Serial, d.NVMeCriticalWarning))
 		case HDD:
 			if !scsi {
 				args = append(args, "-device", "virtio-scsi-pci,id=scsi0")

@@ -203,6 +203,10 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetySpec
   map:
     fields:
+    - name: maxWearPercent
+      type:
+        scalar: numeric
+      default: 90
     - name: policy
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyPolicy

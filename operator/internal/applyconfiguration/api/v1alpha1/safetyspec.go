@@ -11,10 +11,13 @@ import (
 //
 // SafetySpec configures the durability checks run before writeback is enabled.
 type SafetySpecApplyConfiguration struct {
-	// policy is Enforce (an unsafe device keeps the volume in writethrough) or Warn.
+	// policy is Enforce (an unsafe or worn device keeps the volume in writethrough) or Warn.
 	Policy *apiv1alpha1.SafetyPolicy `json:"policy,omitempty"`
 	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed.
 	TrustWriteCache *bool `json:"trustWriteCache,omitempty"`
+	// maxWearPercent is the share of the cache device's rated life (SMART percentage used) past
+	// which it counts as worn: under Enforce a worn cache is flushed and held in writethrough.
+	MaxWearPercent *int32 `json:"maxWearPercent,omitempty"`
 }
 
 // SafetySpecApplyConfiguration constructs a declarative configuration of the SafetySpec type for use with
@@ -36,5 +39,13 @@ func (b *SafetySpecApplyConfiguration) WithPolicy(value apiv1alpha1.SafetyPolicy
 // If called multiple times, the TrustWriteCache field is set to the value of the last call.
 func (b *SafetySpecApplyConfiguration) WithTrustWriteCache(value bool) *SafetySpecApplyConfiguration {
 	b.TrustWriteCache = &value
+	return b
+}
+
+// WithMaxWearPercent sets the MaxWearPercent field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxWearPercent field is set to the value of the last call.
+func (b *SafetySpecApplyConfiguration) WithMaxWearPercent(value int32) *SafetySpecApplyConfiguration {
+	b.MaxWearPercent = &value
 	return b
 }

@@ -1,0 +1,175 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/safety"
+)
+
+// DeviceCheck is the durability and wear judgement of one device.
+type DeviceCheck struct {
+	Role    string            `json:"role"`
+	Path    string            `json:"path"`
+	Device  string            `json:"device"`
+	Kernel  safety.KernelView `json:"kernel"`
+	Cache   safety.DeviceView `json:"writeCache"`
+	Probe   *safety.Probe     `json:"probe,omitempty"`
+	Wear    *safety.Wear      `json:"wear,omitempty"`
+	Verdict safety.Verdict    `json:"verdict"`
+	Reasons []string          `json:"reasons"`
+}
+
+// CheckReport is the judgement of a volume: the worst of its devices, and what the policy makes
+// of it.
+type CheckReport struct {
+	Volume  string         `json:"volume"`
+	BootID  string         `json:"bootID"`
+	At      time.Time      `json:"at"`
+	Verdict safety.Verdict `json:"verdict"`
+	Worn    bool           `json:"worn"`
+	// WritebackAllowed is what the spec's policy makes of the verdict and the wear.
+	WritebackAllowed bool          `json:"writebackAllowed"`
+	Policy           string        `json:"policy"`
+	Reasons          []string      `json:"reasons"`
+	Devices          []DeviceCheck `json:"devices"`
+}
+
+// CheckDir keeps the last check of each volume for this boot: disks' caches can change across a
+// reboot, and a probe per apply would be I/O for nothing.
+var CheckDir = "/run/flashcache/checks"
+
+// Check judges both devices of the volume: the kernel's view, the device's own view of its write
+// cache, a timed series of sync writes on a scratch region (never user data, never the spare
+// area), and for the cache device its SMART wear. It writes only to the scratch regions, and
+// only on devices that are blank or this volume's.
+func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
+	o, err := e.Observe(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	if err := guard(v, o); err != nil {
+		return nil, err
+	}
+	label := v.Label()
+	cacheOurs := o.CachePart != nil && o.CachePartName == label
+	cacheBlank := len(o.CacheSigs) == 0 && len(o.Cache.Partitions) == 0
+	backingOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
+	backingBlank := len(o.BackingSigs) == 0
+
+	rep := &CheckReport{Volume: v.Name, BootID: bootID(), At: time.Now().UTC(), Policy: string(policyOf(v))}
+	cache := e.checkDevice(ctx, "cache", o.Cache, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
+		if cacheOurs || cacheBlank {
+			return safety.CacheScratchOffset, safety.CacheScratchBytes, ""
+		}
+		return 0, 0, "the device carries data that is not this volume's: nothing is written to it"
+	})
+	cache.Wear = e.wear(ctx, o.Cache, maxWear(v))
+	if cache.Wear != nil && cache.Wear.Worn {
+		rep.Worn = true
+		cache.Reasons = append(cache.Reasons, cache.Wear.Reasons...)
+	}
+	backing := e.checkDevice(ctx, "backing", o.Backing, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
+		if backingBlank {
+			return safety.BackingScratchOffset, safety.BackingScratchBytes, ""
+		}
+		if backingOurs {
+			if off, err := o.BackingSB.DataOffsetBytes(); err == nil && off >= safety.BackingScratchOffset+safety.BackingScratchBytes {
+				return safety.BackingScratchOffset, safety.BackingScratchBytes, ""
+			}
+			return 0, 0, "this volume's data starts too early on the backing device to leave a scratch region"
+		}
+		return 0, 0, "the device carries data that is not this volume's: nothing is written to it"
+	})
+	rep.Devices = []DeviceCheck{cache, backing}
+	rep.Verdict = safety.Combine(cache.Verdict, backing.Verdict)
+	for _, d := range rep.Devices {
+		rep.Reasons = append(rep.Reasons, fmt.Sprintf("%s %s: %s: %s", d.Role, d.Device, d.Verdict, strings.Join(d.Reasons, "; ")))
+	}
+	rep.WritebackAllowed = policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	if err := e.saveCheck(v, rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device, trusted bool, scratch func() (int64, int64, string)) DeviceCheck {
+	c := DeviceCheck{Role: role, Path: d.Path, Device: d.DevPath, Kernel: safety.KernelViewOf(d), Cache: safety.DeviceViewOf(ctx, e.Run, d)}
+	off, size, skip := scratch()
+	if skip != "" {
+		c.Probe = &safety.Probe{SkipReason: skip}
+	} else if p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits); err != nil {
+		c.Probe = &safety.Probe{SkipReason: err.Error()}
+	} else {
+		c.Probe = p
+	}
+	c.Verdict, c.Reasons = safety.Judge(c.Kernel, c.Cache, c.Probe, trusted)
+	return c
+}
+
+// wear reads SMART; smartctl's exit status is a bit mask that is non-zero for a worn device, so
+// its output is read whatever it exits with.
+func (e *Engine) wear(ctx context.Context, d blockdev.Device, maxPercent int) *safety.Wear {
+	out, _ := e.Run.Run(ctx, "smartctl", "--json", "--all", "/dev/"+d.Disk())
+	w, err := safety.ParseSmart([]byte(out), maxPercent)
+	if err != nil {
+		return nil
+	}
+	return w
+}
+
+// lastCheck returns this boot's last check of the volume, if any.
+func (e *Engine) lastCheck(v Volume) *CheckReport {
+	b, err := os.ReadFile(filepath.Join(CheckDir, v.Name+".json"))
+	if err != nil {
+		return nil
+	}
+	var rep CheckReport
+	if json.Unmarshal(b, &rep) != nil || rep.BootID != bootID() {
+		return nil
+	}
+	// The policy may have changed since; the measurements have not.
+	rep.Policy = string(policyOf(v))
+	rep.WritebackAllowed = policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	return &rep
+}
+
+func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {
+	if err := os.MkdirAll(CheckDir, 0o755); err != nil {
+		return fmt.Errorf("recording the check: %w", err)
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(CheckDir, v.Name+".json"), b, 0o644); err != nil {
+		return fmt.Errorf("recording the check: %w", err)
+	}
+	return nil
+}
+
+func policyOf(v Volume) fcv1.SafetyPolicy {
+	if v.Spec.Safety.Policy == "" {
+		return fcv1.SafetyPolicyEnforce
+	}
+	return v.Spec.Safety.Policy
+}
+
+func maxWear(v Volume) int {
+	if p := v.Spec.Safety.MaxWearPercent; p != nil {
+		return int(*p)
+	}
+	return 90
+}
+
+func bootID() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(b))
+}

@@ -1,0 +1,130 @@
+// Package safety judges whether a device's writes are durable when the kernel says they are:
+// what the kernel believes about its write cache, what the device itself says, and how fast it
+// really completes synchronous writes. A disk that acknowledges a flush it never did loses
+// committed transactions at a power cut; writeback caching on top of it loses more.
+package safety
+
+import (
+	"fmt"
+	"time"
+)
+
+// Verdict is the outcome for one device or a volume.
+type Verdict string
+
+// Verdicts.
+const (
+	Safe    Verdict = "Safe"
+	Unsafe  Verdict = "Unsafe"
+	Unknown Verdict = "Unknown"
+)
+
+// KernelView is what the block layer believes (queue/*).
+type KernelView struct {
+	// WriteCache is "write back" (volatile cache: the kernel sends flushes) or "write through".
+	WriteCache      string `json:"writeCache"`
+	FUA             bool   `json:"fua"`
+	Rotational      bool   `json:"rotational"`
+	DiscardMaxBytes int64  `json:"discardMaxBytes"`
+}
+
+// DeviceView is what the device reports about its own volatile write cache.
+type DeviceView struct {
+	// Source names the command that answered (sdparm, hdparm, nvme); empty when none did.
+	Source string `json:"source,omitempty"`
+	// VolatileCache is whether the volatile write cache is on; nil when unknown.
+	VolatileCache *bool `json:"volatileCache,omitempty"`
+	// Changeable is whether it can be switched off; nil when unknown.
+	Changeable *bool  `json:"changeable,omitempty"`
+	Detail     string `json:"detail,omitempty"`
+}
+
+// Probe is a measured series of small synchronous writes.
+type Probe struct {
+	Writes int `json:"writes"`
+	// Offset and Bytes locate the scratch region written (never user data nor spare area).
+	Offset     int64         `json:"offset"`
+	Bytes      int64         `json:"bytes"`
+	P50        time.Duration `json:"p50"`
+	P99        time.Duration `json:"p99"`
+	Max        time.Duration `json:"max"`
+	PerSecond  float64       `json:"perSecond"`
+	SkipReason string        `json:"skipReason,omitempty"`
+}
+
+// Thresholds of the judgement.
+const (
+	// RotationalFloor: a 7200 rpm platter turns once in 8.3 ms and 15k rpm in 4 ms; a write
+	// that must reach it waits about half a turn on average. Sync writes that a rotating disk
+	// completes in under a millisecond did not reach the platter.
+	RotationalFloor = time.Millisecond
+	// SolidStateFloor: an SSD that really flushes a volatile cache needs hundreds of
+	// microseconds at least; much faster means power-loss protection or a lie, which timing
+	// cannot tell apart.
+	SolidStateFloor = 20 * time.Microsecond
+)
+
+// Judge decides one device from what was observed. trusted says the spec vouches that a volatile
+// cache is battery or flash backed.
+func Judge(k KernelView, d DeviceView, p *Probe, trusted bool) (Verdict, []string) {
+	var reasons []string
+	volatileOn := d.VolatileCache != nil && *d.VolatileCache
+	kernelSendsFlushes := k.WriteCache == "write back"
+
+	if volatileOn && !kernelSendsFlushes {
+		return Unsafe, []string{fmt.Sprintf("the device's volatile write cache is on (%s) but the kernel believes it writes through, so it never sends flushes", d.Source)}
+	}
+	if !kernelSendsFlushes && d.VolatileCache == nil {
+		reasons = append(reasons, "the kernel sees no volatile write cache; the device did not say")
+	}
+	if !kernelSendsFlushes && d.VolatileCache != nil && !*d.VolatileCache {
+		reasons = append(reasons, fmt.Sprintf("no volatile write cache (%s)", d.Source))
+	}
+	if kernelSendsFlushes {
+		reasons = append(reasons, "volatile write cache on; the kernel sends flushes")
+	}
+	if p == nil || p.Writes == 0 {
+		skip := "not measured"
+		if p != nil && p.SkipReason != "" {
+			skip = p.SkipReason
+		}
+		reasons = append(reasons, "sync-write probe: "+skip)
+		if kernelSendsFlushes {
+			return Unknown, reasons
+		}
+		return Safe, reasons
+	}
+	reasons = append(reasons, fmt.Sprintf("sync writes: p50 %s, p99 %s, %.0f/s", round(p.P50), round(p.P99), p.PerSecond))
+	switch {
+	case k.Rotational && p.P50 < RotationalFloor && kernelSendsFlushes && trusted:
+		return Safe, append(reasons, "a rotating disk completes sync writes faster than its platters turn: its write cache is trusted as battery or flash backed (safety.trustWriteCache)")
+	case k.Rotational && p.P50 < RotationalFloor:
+		return Unsafe, append(reasons, fmt.Sprintf("a rotating disk completes sync writes in %s, faster than its platters turn: its write cache is lying or battery backed (set safety.trustWriteCache if it is backed)", round(p.P50)))
+	case !k.Rotational && kernelSendsFlushes && p.P50 < SolidStateFloor && !trusted:
+		return Unknown, append(reasons, fmt.Sprintf("an SSD with a volatile cache completes sync writes in %s: power-loss protection, or flushes ignored", round(p.P50)))
+	}
+	return Safe, reasons
+}
+
+// Combine is the verdict of a volume: the worst of its devices.
+func Combine(verdicts ...Verdict) Verdict {
+	out := Safe
+	for _, v := range verdicts {
+		switch {
+		case v == Unsafe:
+			return Unsafe
+		case v == Unknown:
+			out = Unknown
+		}
+	}
+	return out
+}
+
+func round(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	default:
+		return d.Round(100 * time.Nanosecond)
+	}
+}
