@@ -193,6 +193,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"volume.createStorageClass", s.Volume.CreateStorageClass, false},
 		{"safety.policy", s.Safety.Policy, fcv1.SafetyPolicyEnforce},
 		{"safety.trustWriteCache", s.Safety.TrustWriteCache, false},
+		{"safety.maxWearPercent", deref(s.Safety.MaxWearPercent), int32(90)},
 		{"deletionPolicy", s.DeletionPolicy, fcv1.DeletionPolicyTeardown},
 		{"wipe", s.Wipe == nil, true},
 	}
@@ -282,6 +283,7 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"unsupported filesystem", set("ntfs", "spec", "volume", "fsType"), "spec.volume.fsType", "xfs"},
 		{"recycle reclaim policy", set("Recycle", "spec", "volume", "reclaimPolicy"), "spec.volume.reclaimPolicy", "Retain"},
 		{"unknown safety policy", set("Ignore", "spec", "safety", "policy"), "spec.safety.policy", "Enforce"},
+		{"wear limit of zero", set(int64(0), "spec", "safety", "maxWearPercent"), "spec.safety.maxWearPercent", "greater than or equal to 1"},
 		{"unknown deletion policy", set("Abandon", "spec", "deletionPolicy"), "spec.deletionPolicy", "Orphan"},
 		{"name too long for a label", set(strings.Repeat("a", 64), "metadata", "name"), "metadata.name", "DNS label"},
 	}
