@@ -291,14 +291,16 @@ func (vs *volatileSet) powerOn(ctx context.Context) error {
 	return nil
 }
 
-// powerCut kills every server with SIGKILL: the caches, and what they held, are gone.
+// powerCut kills every server with SIGKILL: the caches, and what they held, are gone. Clients
+// die before servers (the liar's front before its cache), so that none logs a lost connection.
 func (vs *volatileSet) powerCut() {
 	vs.mu.Lock()
 	defer vs.mu.Unlock()
 	for _, v := range vs.disks {
-		for _, s := range v.servers() {
-			s.signal(syscall.SIGKILL)
+		if v.front != nil {
+			v.front.signal(syscall.SIGKILL)
 		}
+		v.cache.signal(syscall.SIGKILL)
 	}
 }
 
