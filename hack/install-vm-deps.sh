@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Installs the host packages the kernel-level tests need: QEMU (TCG, since the host kernel has
-# no bcache and KVM is not usable), mmdebstrap to build the guest rootfs, and the tools that turn
-# it into a bootable disk image. Idempotent; runs apt only when something is missing, so a warm
-# machine pays nothing and needs neither root nor network.
+# no bcache and KVM is not usable), nbdkit for disks with a volatile write cache, mmdebstrap to
+# build the guest rootfs, and the tools that turn it into a bootable disk image. Idempotent; runs
+# apt only when something is missing, so a warm machine pays nothing and needs neither root nor
+# network.
 set -euo pipefail
 
 packages=(
 	qemu-system-x86 # the VM itself
 	qemu-utils      # qemu-img: qcow2 base image and per-VM overlays
+	nbdkit          # serves HDDs whose write cache a power cut empties (vmharness CacheVolatile*)
 	mmdebstrap      # builds the guest rootfs without root tricks or debootstrap's slowness
 	e2fsprogs       # mke2fs -d: a filesystem image straight from a directory, no loop mount
 	openssh-client  # ssh-keygen for the harness and host keys; ssh for make vm-shell

@@ -54,12 +54,19 @@ type Disk struct {
 	Size int64
 	// Path of the raw backing file; defaults to <WorkDir>/disk-<Serial>.img.
 	Path string
-	// HDD throttling: 0 means the default above, a negative value means unlimited.
+	// HDD throttling: 0 means the default above, a negative value means unlimited. It applies
+	// to reads and writes as QEMU receives them (not to flushes, nor to a volatile cache's
+	// write-back), whatever Cache says.
 	IOPS        int
 	BytesPerSec int64
 	// NVMeCriticalWarning is the SMART critical warning an NVMe disk reports (bit 0: available
 	// spare below threshold), for the wear checks.
 	NVMeCriticalWarning uint8
+	// Cache is the HDD's write cache; the zero value, CacheNone, is QEMU's plain file backing.
+	// A volatile cache is served by nbdkit processes the harness runs beside QEMU (logs in
+	// <WorkDir>/nbd-<Serial>-*.log), so that a power cut (Kill) can lose what the guest did not
+	// flush, or, with CacheVolatileLying, what it did. Not available for NVMe.
+	Cache DiskCache
 }
 
 // ByID is the stable name the guest's udev gives the disk, as observed with Debian 12's udev
@@ -93,6 +100,12 @@ func prepareDisks(disks []Disk, workDir string) ([]Disk, error) {
 			return nil, fmt.Errorf("disk %d: serial %q is used twice", i, d.Serial)
 		}
 		seen[d.Serial] = true
+		switch {
+		case d.Cache != CacheNone && !d.Cache.volatile():
+			return nil, fmt.Errorf("disk %s: unknown cache %v", d.Serial, d.Cache)
+		case d.Cache.volatile() && d.Kind != HDD:
+			return nil, fmt.Errorf("disk %s: a volatile cache is emulated for HDDs only", d.Serial)
+		}
 		if d.Size <= 0 || d.Size%4096 != 0 {
 			return nil, fmt.Errorf("disk %s: size %d must be a positive multiple of 4096", d.Serial, d.Size)
 		}
@@ -146,6 +159,7 @@ type qemuConfig struct {
 	kernel, initrd, cmdline string
 	rootDisk                string
 	disks                   []Disk
+	nbdSockets              map[string]string // by serial: volatile disks, served by nbdkit
 	memoryMiB, cpus         int
 	sshPort                 int
 	consoleLog              string
@@ -179,6 +193,14 @@ func qemuArgs(c qemuConfig) []string {
 	for i, d := range c.disks {
 		id := fmt.Sprintf("disk%d", i)
 		drive := "if=none,id=" + id + ",format=raw,file=" + escapeOpt(d.Path)
+		if sock, ok := c.nbdSockets[d.Serial]; ok {
+			// The nbd driver keeps no data of its own and sends every guest flush to the
+			// server; QEMU's default cache mode (writeback) only makes the device report a
+			// volatile write cache (WCE), so that the guest sends flushes at all. Note that
+			// cache.no-flush=on would not make a liar: the nbd driver flushes "to the OS",
+			// which QEMU does even in that mode.
+			drive = "if=none,id=" + id + ",driver=nbd,server.type=unix,server.path=" + escapeOpt(sock)
+		}
 		switch d.Kind {
 		case NVMe:
 			args = append(args,

@@ -44,6 +44,80 @@ func TestQemuArgsGiveEachDiskKindItsDevice(t *testing.T) {
 	}
 }
 
+func TestVolatileHDDIsServedByNbdkitBehindTheSameDevice(t *testing.T) {
+	work := "/w,d"
+	disks, err := prepareDisks([]Disk{
+		{Kind: HDD, Serial: "honest0", Size: 8 << 30, Cache: CacheVolatileHonest},
+		{Kind: HDD, Serial: "liar0", Size: 8 << 30, Cache: CacheVolatileLying, IOPS: -1},
+	}, work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	honest, err := newVolatileDisk(disks[0], work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	liar, err := newVolatileDisk(disks[1], work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if honest.front != nil || liar.front == nil {
+		t.Fatalf("only the liar needs a front server: honest %v, liar %v", honest.front, liar.front)
+	}
+	if honest.guestSocket() != "/w,d/nbd-honest0-cache.sock" || liar.guestSocket() != "/w,d/nbd-liar0-liar.sock" {
+		t.Errorf("guest sockets %s, %s", honest.guestSocket(), liar.guestSocket())
+	}
+
+	args := qemuArgs(qemuConfig{kernel: "k", initrd: "i", cmdline: "c", rootDisk: "/r.qcow2",
+		disks: disks, memoryMiB: 2048, cpus: 2, sshPort: 2222, consoleLog: "/c.log",
+		nbdSockets: map[string]string{"honest0": honest.guestSocket(), "liar0": liar.guestSocket()}})
+	joined := strings.Join(args, " ")
+	for _, want := range []string{
+		"-drive if=none,id=disk0,driver=nbd,server.type=unix,server.path=/w,,d/nbd-honest0-cache.sock,throttling.iops-total=150,throttling.bps-total=157286400 ",
+		"-device scsi-hd,bus=scsi0.0,drive=disk0,serial=honest0,rotation_rate=7200,discard_granularity=0",
+		"-drive if=none,id=disk1,driver=nbd,server.type=unix,server.path=/w,,d/nbd-liar0-liar.sock,throttling.bps-total=157286400 ",
+		"-device scsi-hd,bus=scsi0.0,drive=disk1,serial=liar0,rotation_rate=7200,discard_granularity=0",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("args lack %q:\n%s", want, joined)
+		}
+	}
+	if strings.Contains(joined, "no-flush") || strings.Contains(joined, "cache.direct") {
+		t.Errorf("QEMU must forward flushes and report a write-back cache: %s", joined)
+	}
+
+	cache := strings.Join(honest.cache.args, " ")
+	for _, want := range []string{"--filter=cache --filter=delay --filter=fua file file=/w,d/disk-honest0.img",
+		"cache=writeback", "cache-min-block-size=1048576", "delay-write=8ms", "fuamode=discard", "--foreground"} {
+		if !strings.Contains(cache, want) {
+			t.Errorf("cache server args lack %q: %s", want, cache)
+		}
+	}
+	if strings.Contains(cache, "cache-max-size") {
+		t.Errorf("cache-max-size drops dirty blocks in nbdkit 1.32: %s", cache)
+	}
+	if liarCache := strings.Join(liar.cache.args, " "); strings.ReplaceAll(liarCache, "liar0", "honest0") != cache {
+		t.Errorf("a liar's cache should be the honest one:\n%s\n%s", liarCache, cache)
+	}
+	front := strings.Join(liar.front.args, " ")
+	if !strings.Contains(front, "--filter=fua nbd socket=/w,d/nbd-liar0-cache.sock fuamode=discard") {
+		t.Errorf("liar front args: %s", front)
+	}
+
+	for name, d := range map[string]Disk{
+		"volatile NVMe": {Kind: NVMe, Serial: "a", Size: 4096, Cache: CacheVolatileHonest},
+		"unknown cache": {Kind: HDD, Serial: "a", Size: 4096, Cache: 7},
+	} {
+		if _, err := prepareDisks([]Disk{d}, "/w"); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	long := Disk{Kind: HDD, Serial: "h", Size: 4096, Cache: CacheVolatileHonest, Path: "/x.img"}
+	if _, err := newVolatileDisk(long, "/"+strings.Repeat("d", 100)); err == nil {
+		t.Error("a socket path longer than sun_path was accepted")
+	}
+}
+
 func TestPrepareDisksRejectsWhatWouldBreakByIDNames(t *testing.T) {
 	for name, disks := range map[string][]Disk{
 		"long serial":   {{Kind: NVMe, Serial: "abcdefghijklmnopqrstu", Size: 4096}},

@@ -56,6 +56,7 @@ type VM struct {
 	hostKey   ssh.PublicKey
 	sshConfig *ssh.ClientConfig
 	keyPath   string
+	volatile  *volatileSet
 
 	mu       sync.Mutex
 	port     int
@@ -119,14 +120,19 @@ func newVM(ctx context.Context, opts Options) (*VM, error) {
 			return nil, err
 		}
 	}
+	volatile, err := newVolatileSet(disks, opts.WorkDir)
+	if err != nil {
+		return nil, err
+	}
 
 	vm := &VM{
-		opts:    opts,
-		disks:   disks,
-		root:    filepath.Join(opts.WorkDir, "root.qcow2"),
-		console: filepath.Join(opts.WorkDir, "console.log"),
-		qemuLog: filepath.Join(opts.WorkDir, "qemu.log"),
-		keyPath: filepath.Join(opts.Image, "id_ed25519"),
+		opts:     opts,
+		disks:    disks,
+		root:     filepath.Join(opts.WorkDir, "root.qcow2"),
+		console:  filepath.Join(opts.WorkDir, "console.log"),
+		qemuLog:  filepath.Join(opts.WorkDir, "qemu.log"),
+		keyPath:  filepath.Join(opts.Image, "id_ed25519"),
+		volatile: volatile,
 	}
 	if err := vm.loadKeys(); err != nil {
 		return nil, err
@@ -199,7 +205,7 @@ func (vm *VM) logf(format string, args ...any) {
 }
 
 // Start powers the VM on again after Kill or Shutdown, with the same root and data disks, and
-// waits for SSH.
+// waits for SSH. Volatile disks come back with empty caches: their nbdkit starts before QEMU.
 func (vm *VM) Start(ctx context.Context) error {
 	if vm.running() {
 		return errors.New("vmharness: start: already running")
@@ -230,6 +236,10 @@ func (vm *VM) boot(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, vm.opts.BootTimeout)
 	defer cancel()
 	start := time.Now()
+	if err := vm.volatile.powerOn(ctx); err != nil {
+		vm.kill()
+		return err
+	}
 	for attempt := 1; ; attempt++ {
 		if err := vm.launch(); err != nil {
 			return err
@@ -270,6 +280,7 @@ func (vm *VM) launch() error {
 		cmdline:    strings.TrimSpace(string(cmdline)),
 		rootDisk:   vm.root,
 		disks:      vm.disks,
+		nbdSockets: vm.volatile.sockets(),
 		memoryMiB:  vm.opts.MemoryMiB,
 		cpus:       vm.opts.CPUs,
 		sshPort:    port,
@@ -400,10 +411,25 @@ func (vm *VM) bootID(ctx context.Context) (string, error) {
 }
 
 // Shutdown powers the guest off cleanly and waits for QEMU to exit. If that does not happen
-// within ctx, QEMU is killed and an error returned.
+// within ctx, QEMU is killed and an error returned. Volatile disks then write their caches back,
+// even a lying one (a real disk does so before it spins down), and their nbdkit stops.
 func (vm *VM) Shutdown(ctx context.Context) error {
 	if err := vm.powerDown(ctx, "systemctl poweroff"); err != nil {
 		return fmt.Errorf("vmharness: shutdown: %w", err)
+	}
+	if err := vm.volatile.powerOff(ctx); err != nil {
+		return fmt.Errorf("vmharness: shutdown: %w", err)
+	}
+	return nil
+}
+
+// WriteBackDiskCaches makes every volatile disk write its cache to its backing file, as a disk
+// does on its own in the background; for a lying disk it is, besides a clean Shutdown, the only
+// way data becomes durable, so it sets the point before which a power cut loses nothing. The
+// guest sees nothing but the disks' I/O stalling meanwhile. VMs without volatile disks: a no-op.
+func (vm *VM) WriteBackDiskCaches(ctx context.Context) error {
+	if err := vm.volatile.writeBack(ctx); err != nil {
+		return fmt.Errorf("vmharness: write back disk caches: %w", err)
 	}
 	return nil
 }
@@ -436,7 +462,8 @@ func (vm *VM) powerDown(ctx context.Context, command string) error {
 
 // Kill ends QEMU with SIGKILL: a power cut. Writes QEMU had not yet passed to the host are
 // lost; writes it had passed survive in the host's page cache, whether or not the guest
-// flushed them. Start powers the VM on again.
+// flushed them, except on volatile disks: their nbdkit is killed too (SIGKILL), and their
+// caches with it. Start powers the VM on again.
 func (vm *VM) Kill() error {
 	if !vm.running() {
 		return errors.New("vmharness: kill: not running")
@@ -450,15 +477,16 @@ func (vm *VM) kill() {
 	vm.mu.Lock()
 	proc, exited := vm.proc, vm.exited
 	vm.mu.Unlock()
-	if proc == nil {
-		return
+	if proc != nil {
+		_ = proc.Kill()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			vm.logf("qemu pid %d did not exit 30 s after SIGKILL", proc.Pid)
+		}
 	}
-	_ = proc.Kill()
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		vm.logf("qemu pid %d did not exit 30 s after SIGKILL", proc.Pid)
-	}
+	// After QEMU, so that the guest never sees its disks vanish.
+	vm.volatile.powerCut()
 }
 
 func (vm *VM) closeClient() {
@@ -471,20 +499,22 @@ func (vm *VM) closeClient() {
 	}
 }
 
-// Close kills QEMU if it still runs. The work dir (and the disks in it) stays; tests usually
-// put it in t.TempDir().
+// Close kills QEMU if it still runs, and stops the volatile disks' nbdkit without writing
+// their caches back: for them too it is a power cut. The work dir (and the disks in it) stays;
+// tests usually put it in t.TempDir().
 func (vm *VM) Close() {
 	if vm.running() {
 		vm.kill()
 	}
+	vm.volatile.stop()
 	vm.closeClient()
 }
 
 // diagnostics is what a human needs to see why a boot failed: the end of the console and of
 // QEMU's own output.
 func (vm *VM) diagnostics() string {
-	return fmt.Sprintf("--- console (%s), last lines:\n%s\n--- qemu (%s), last lines:\n%s",
-		vm.console, tail(vm.console, 3000), vm.qemuLog, tail(vm.qemuLog, 1500))
+	return fmt.Sprintf("--- console (%s), last lines:\n%s\n--- qemu (%s), last lines:\n%s%s",
+		vm.console, tail(vm.console, 3000), vm.qemuLog, tail(vm.qemuLog, 1500), vm.volatile.diagnostics())
 }
 
 func tail(path string, n int64) []byte {
