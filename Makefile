@@ -51,7 +51,7 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-vm test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-vm test-durability test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
 lint: ## gofmt and go vet (with the envtest files).
@@ -84,11 +84,18 @@ vm-image: ## Install QEMU and mmdebstrap if missing, build the test VM image if 
 	@hack/build-vm-image.sh
 
 .PHONY: test-vm
-test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run the vm-tagged tests.
+test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run the engine's tests in it.
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
-	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -p 1 -v -tags vm -timeout 60m ./test/...
+	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -p 1 -v -tags vm -timeout 60m ./test/vmharness/ ./test/enginevm/
+
+.PHONY: test-durability
+test-durability: ## Power cuts under a committing workload, on honest and lying volatile disk caches.
+	hack/install-vm-deps.sh
+	img=$$(hack/build-vm-image.sh); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) go test -count=1 -v -tags vm -timeout 60m ./test/durability/
 
 .PHONY: vm-shell
 vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in it.

@@ -182,6 +182,12 @@ type SafetySpec struct {
 	// +optional
 	TrustWriteCache bool `json:"trustWriteCache,omitempty"`
 
+	// disableBackingWriteCache turns the backing disk's volatile write cache off where the disk
+	// allows it (SCSI and SATA disks, through the kernel), so that nothing acknowledged waits in
+	// it. Unset, the cache is left as it is; it is never turned back on.
+	// +optional
+	DisableBackingWriteCache bool `json:"disableBackingWriteCache,omitempty"`
+
 	// maxWearPercent is the share of the cache device's rated life (SMART percentage used) past
 	// which it counts as worn: under Enforce a worn cache is flushed and held in writethrough.
 	// +optional

@@ -238,6 +238,8 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 		}
 		return e.setAndVerify(cacheKnobDir(o.CachePart.Name), s)
+	case StepWriteThrough:
+		return disableWriteCache(o.Backing)
 	case StepLinkStablePath:
 		if o.BackingReg == nil {
 			return fmt.Errorf("the bcache device is not running")
@@ -348,6 +350,27 @@ func (e *Engine) setHold(v Volume, on bool) error {
 	}
 	if err := os.WriteFile(path, []byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o644); err != nil {
 		return fmt.Errorf("recording hold: %w", err)
+	}
+	return nil
+}
+
+// disableWriteCache turns a SCSI or SATA disk's volatile write cache off through the sd driver:
+// writing "write through" to cache_type sends the MODE SELECT and updates the kernel's view in
+// one go, which sdparm or hdparm alone would not.
+func disableWriteCache(d blockdev.Device) error {
+	matches, _ := filepath.Glob(filepath.Join(blockdev.SysClassBlock, d.Disk(), "device", "scsi_disk", "*", "cache_type"))
+	if len(matches) != 1 {
+		return fmt.Errorf("%s is not a SCSI or SATA disk: its write cache cannot be turned off here", d.DevPath)
+	}
+	if err := blockdev.WriteSysfs(matches[0], "write through"); err != nil {
+		return err
+	}
+	got, err := blockdev.ReadSysfs(filepath.Join(blockdev.SysClassBlock, d.Disk(), "queue", "write_cache"))
+	if err != nil {
+		return err
+	}
+	if got != "write through" {
+		return fmt.Errorf("%s still reports %q after turning its write cache off", d.DevPath, got)
 	}
 	return nil
 }

@@ -29,6 +29,7 @@ const (
 	StepSetTunable      StepKind = "set-tunable"
 	StepSetCacheTunable StepKind = "set-cache-tunable"
 	StepLinkStablePath  StepKind = "link-stable-path"
+	StepWriteThrough    StepKind = "disable-backing-write-cache"
 )
 
 // Step is one action. Steps after the first may name devices that do not exist yet (the cache
@@ -229,6 +230,9 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 		steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: "cache_replacement_policy", Value: policy, From: have})
 	}
 
+	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
+		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
+	}
 	if o.BackingReg == nil || o.StableTarget != "/dev/"+o.BackingReg.Device {
 		steps = append(steps, Step{Kind: StepLinkStablePath, Device: v.StablePath(), Value: bcacheDev})
 	}

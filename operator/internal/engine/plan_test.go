@@ -299,3 +299,20 @@ func TestTableTheKernelHasNotReadIsReadNotWiped(t *testing.T) {
 		t.Errorf("another table was not refused")
 	}
 }
+
+func TestPlanTurnsTheBackingWriteCacheOffOnlyWhenAsked(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.Backing.WriteCache = "write back"
+	if steps, _ := Plan(v, o, Desired{}); len(steps) != 0 {
+		t.Errorf("steps without the option: %s", kinds(steps))
+	}
+	v.Spec.Safety.DisableBackingWriteCache = true
+	if steps, _ := Plan(v, o, Desired{}); kinds(steps) != "disable-backing-write-cache" {
+		t.Errorf("steps = %s", kinds(steps))
+	}
+	o.Backing.WriteCache = "write through"
+	if steps, _ := Plan(v, o, Desired{}); len(steps) != 0 {
+		t.Errorf("steps once off: %s", kinds(steps))
+	}
+}

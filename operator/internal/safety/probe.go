@@ -43,6 +43,11 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 	if offset%probeBlock != 0 || size < probeBlock {
 		return nil, fmt.Errorf("probe region %d+%d is not aligned to %d", offset, size, probeBlock)
 	}
+	plain, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening %s for the write probe: %w", dev, err)
+	}
+	defer func() { _ = plain.Close() }()
 	f, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT|unix.O_DSYNC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s for the sync-write probe: %w", dev, err)
@@ -59,6 +64,18 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 	}
 
 	blocks := size / probeBlock
+	// The same writes without O_DSYNC first: what a flush adds to them is what tells an honest
+	// volatile cache from one that acknowledges flushes it never did.
+	var plainLat []time.Duration
+	plainStart := time.Now()
+	for i := 0; i < limits.Writes/4 && time.Since(plainStart) < limits.Duration/4; i++ {
+		t := time.Now()
+		if _, err := plain.WriteAt(buf, offset+int64(i)%blocks*probeBlock); err != nil {
+			return nil, fmt.Errorf("write to %s: %w", dev, err)
+		}
+		plainLat = append(plainLat, time.Since(t))
+	}
+
 	lat := make([]time.Duration, 0, limits.Writes)
 	start := time.Now()
 	for i := 0; i < limits.Writes && time.Since(start) < limits.Duration; i++ {
@@ -71,7 +88,11 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 		}
 		lat = append(lat, time.Since(t))
 	}
-	return summarize(lat, time.Since(start), offset, size), nil
+	p := summarize(lat, time.Since(start), offset, size)
+	if len(plainLat) > 0 {
+		p.PlainP50 = summarize(plainLat, 0, offset, size).P50
+	}
+	return p, nil
 }
 
 func summarize(lat []time.Duration, total time.Duration, offset, size int64) *Probe {

@@ -14,6 +14,10 @@ func TestJudge(t *testing.T) {
 	probe := func(p50 time.Duration) *Probe {
 		return &Probe{Writes: 200, P50: p50, P99: 2 * p50, PerSecond: float64(time.Second / p50)}
 	}
+	// throttled: every write takes 6.7 ms (150 IOPS), with or without a flush.
+	throttled := func(flush time.Duration) *Probe {
+		return &Probe{Writes: 200, PlainP50: 6700 * time.Microsecond, P50: 6700*time.Microsecond + flush, P99: 20 * time.Millisecond, PerSecond: 100}
+	}
 	cases := []struct {
 		name    string
 		k       KernelView
@@ -25,6 +29,8 @@ func TestJudge(t *testing.T) {
 	}{
 		{"honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(8 * time.Millisecond), false, Safe, "p50 8ms"},
 		{"lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), false, Unsafe, "lying or battery backed"},
+		{"throttled honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(8600 * time.Microsecond), false, Safe, "plain writes p50 6.7ms"},
+		{"throttled lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(100 * time.Microsecond), false, Unsafe, "flushes add 100µs"},
 		{"battery-backed HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), true, Safe, "trusted"},
 		{"cache on, kernel writes through", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(8 * time.Millisecond), false, Unsafe, "never sends flushes"},
 		{"no volatile cache", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: off}, probe(6 * time.Millisecond), false, Safe, "no volatile write cache"},

@@ -43,11 +43,14 @@ type DeviceView struct {
 type Probe struct {
 	Writes int `json:"writes"`
 	// Offset and Bytes locate the scratch region written (never user data nor spare area).
-	Offset     int64         `json:"offset"`
-	Bytes      int64         `json:"bytes"`
-	P50        time.Duration `json:"p50"`
-	P99        time.Duration `json:"p99"`
-	Max        time.Duration `json:"max"`
+	Offset int64         `json:"offset"`
+	Bytes  int64         `json:"bytes"`
+	P50    time.Duration `json:"p50"`
+	P99    time.Duration `json:"p99"`
+	Max    time.Duration `json:"max"`
+	// PlainP50 is the median of the same writes without O_DSYNC: a sync write's cost over it is
+	// the flush.
+	PlainP50   time.Duration `json:"plainP50"`
 	PerSecond  float64       `json:"perSecond"`
 	SkipReason string        `json:"skipReason,omitempty"`
 }
@@ -94,12 +97,18 @@ func Judge(k KernelView, d DeviceView, p *Probe, trusted bool) (Verdict, []strin
 		}
 		return Safe, reasons
 	}
-	reasons = append(reasons, fmt.Sprintf("sync writes: p50 %s, p99 %s, %.0f/s", round(p.P50), round(p.P99), p.PerSecond))
+	reasons = append(reasons, fmt.Sprintf("sync writes: p50 %s, p99 %s, %.0f/s; plain writes p50 %s", round(p.P50), round(p.P99), p.PerSecond, round(p.PlainP50)))
+	// With a volatile cache, a sync write of a rotating disk waits for the platter: the flush
+	// adds about half a turn. A cache that answers flushes at once adds nothing.
+	fast := k.Rotational && p.P50 < RotationalFloor
+	noFlushCost := k.Rotational && kernelSendsFlushes && p.PlainP50 > 0 && p.P50-p.PlainP50 < RotationalFloor
 	switch {
-	case k.Rotational && p.P50 < RotationalFloor && kernelSendsFlushes && trusted:
-		return Safe, append(reasons, "a rotating disk completes sync writes faster than its platters turn: its write cache is trusted as battery or flash backed (safety.trustWriteCache)")
-	case k.Rotational && p.P50 < RotationalFloor:
+	case (fast || noFlushCost) && trusted:
+		return Safe, append(reasons, "a rotating disk completes flushes faster than its platters turn: its write cache is trusted as battery or flash backed (safety.trustWriteCache)")
+	case fast:
 		return Unsafe, append(reasons, fmt.Sprintf("a rotating disk completes sync writes in %s, faster than its platters turn: its write cache is lying or battery backed (set safety.trustWriteCache if it is backed)", round(p.P50)))
+	case noFlushCost:
+		return Unsafe, append(reasons, fmt.Sprintf("flushes add %s to a write on a rotating disk, less than its platters need: its write cache acknowledges flushes it does not do, or is battery backed (set safety.trustWriteCache if it is backed)", round(p.P50-p.PlainP50)))
 	case !k.Rotational && kernelSendsFlushes && p.P50 < SolidStateFloor && !trusted:
 		return Unknown, append(reasons, fmt.Sprintf("an SSD with a volatile cache completes sync writes in %s: power-loss protection, or flushes ignored", round(p.P50)))
 	}

@@ -346,9 +346,10 @@ func testIdempotent(t *testing.T, g *guest) {
 
 func testTunableChanges(t *testing.T, g *guest) {
 	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID(), hddA.ByID(),
-		trusted+"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
+		"  safety: {trustWriteCache: true, disableBackingWriteCache: true}\n"+
+			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
-	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable" {
+	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache" {
 		t.Errorf("plan = %q", plan.stepKinds())
 	}
 	if r, code, stderr := g.node(t, "apply", "a2.yaml"); code != 0 || !r.Changed {
@@ -363,6 +364,12 @@ func testTunableChanges(t *testing.T, g *guest) {
 	}
 	if got := g.sh(t, "cat /sys/class/block/"+g.kernelName(t, cacheA)+"p1/bcache/cache_replacement_policy"); !strings.Contains(got, "[fifo]") {
 		t.Errorf("cache_replacement_policy = %q", got)
+	}
+	if wc := g.sh(t, "cat /sys/block/"+g.kernelName(t, hddA)+"/queue/write_cache"); wc != "write through" {
+		t.Errorf("backing write cache after disableBackingWriteCache: %q", wc)
+	}
+	if wce := g.sh(t, "sdparm --get=WCE "+hddA.ByID()+" | awk '$1 == \"WCE\" {print $2}'; true"); wce != "0" {
+		t.Errorf("the disk itself reports WCE %q, want 0", wce)
 	}
 	// Back to the defaults for the next steps.
 	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {

@@ -95,3 +95,14 @@ func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stde
 func shellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
+
+// Stream runs cmd like Run but hands its output to stdout as it comes, for commands whose
+// progress must be seen even if the guest dies mid-way (a power cut).
+func (vm *VM) Stream(ctx context.Context, cmd string, stdout io.Writer) (int, error) {
+	var errOut bytes.Buffer
+	code, err := vm.run(ctx, cmd, nil, stdout, &errOut)
+	if err == nil && code != 0 {
+		err = fmt.Errorf("vmharness: %q exited %d: %s", cmd, code, strings.TrimSpace(errOut.String()))
+	}
+	return code, err
+}

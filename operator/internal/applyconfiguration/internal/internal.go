@@ -203,6 +203,9 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetySpec
   map:
     fields:
+    - name: disableBackingWriteCache
+      type:
+        scalar: boolean
     - name: maxWearPercent
       type:
         scalar: numeric

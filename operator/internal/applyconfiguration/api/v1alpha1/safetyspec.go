@@ -15,6 +15,10 @@ type SafetySpecApplyConfiguration struct {
 	Policy *apiv1alpha1.SafetyPolicy `json:"policy,omitempty"`
 	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed.
 	TrustWriteCache *bool `json:"trustWriteCache,omitempty"`
+	// disableBackingWriteCache turns the backing disk's volatile write cache off where the disk
+	// allows it (SCSI and SATA disks, through the kernel), so that nothing acknowledged waits in
+	// it. Unset, the cache is left as it is; it is never turned back on.
+	DisableBackingWriteCache *bool `json:"disableBackingWriteCache,omitempty"`
 	// maxWearPercent is the share of the cache device's rated life (SMART percentage used) past
 	// which it counts as worn: under Enforce a worn cache is flushed and held in writethrough.
 	MaxWearPercent *int32 `json:"maxWearPercent,omitempty"`
@@ -39,6 +43,14 @@ func (b *SafetySpecApplyConfiguration) WithPolicy(value apiv1alpha1.SafetyPolicy
 // If called multiple times, the TrustWriteCache field is set to the value of the last call.
 func (b *SafetySpecApplyConfiguration) WithTrustWriteCache(value bool) *SafetySpecApplyConfiguration {
 	b.TrustWriteCache = &value
+	return b
+}
+
+// WithDisableBackingWriteCache sets the DisableBackingWriteCache field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DisableBackingWriteCache field is set to the value of the last call.
+func (b *SafetySpecApplyConfiguration) WithDisableBackingWriteCache(value bool) *SafetySpecApplyConfiguration {
+	b.DisableBackingWriteCache = &value
 	return b
 }
 

@@ -1,0 +1,345 @@
+//go:build vm
+
+// Package durability cuts the power under a committing workload and counts the commits that
+// were acknowledged and then lost: on an honest backing disk with a volatile write cache, and on
+// one that lies about flushes.
+package durability
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/flashcache/flashcache/operator/test/vmharness"
+)
+
+const (
+	cuts = 3
+	// recordsPerRound spaces the rounds apart on the volume (4 KiB records).
+	recordsPerRound = 20000
+	// Each round writes at least this many acknowledged records and runs at least this long,
+	// so that writeback to the backing disk is under way when the power goes.
+	minAcks   = 150
+	minWrites = 6 * time.Second
+)
+
+type volume struct {
+	name          string
+	cache, hdd    vmharness.Disk
+	extra         string // spec lines for the run (the liar needs policy Warn to get writeback)
+	acked         int64  // acknowledged records over all rounds
+	lostVolume    int    // acknowledged records missing when read through the volume
+	lostBacking   int    // acknowledged records missing on the backing disk after flush and detach
+	roundsCovered []roundRange
+}
+
+type roundRange struct {
+	round, start, count int64
+}
+
+func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
+	image, binary := os.Getenv("FLASHCACHE_VM_IMAGE"), os.Getenv("FLASHCACHE_BIN")
+	if image == "" || binary == "" {
+		t.Fatal("FLASHCACHE_VM_IMAGE and FLASHCACHE_BIN must be set: run `make test-durability`")
+	}
+	writer := filepath.Join(t.TempDir(), "diskwriter")
+	build := exec.Command("go", "build", "-o", writer, "./diskwriter")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building diskwriter: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+
+	honest := &volume{name: "vol-honest",
+		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-cache-h", Size: 1 << 30},
+		hdd:   vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-pc-honest", Size: 1 << 30, Cache: vmharness.CacheVolatileHonest}}
+	liar := &volume{name: "vol-liar",
+		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-cache-l", Size: 1 << 30},
+		hdd:   vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-pc-liar", Size: 1 << 30, Cache: vmharness.CacheVolatileLying},
+		extra: "  safety: {policy: Warn}\n"}
+	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
+		Disks: []vmharness.Disk{honest.cache, honest.hdd, liar.cache, liar.hdd}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	sh := func(t *testing.T, cmd string) string {
+		t.Helper()
+		out, err := vm.Output(ctx, cmd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(out)
+	}
+	for local, remote := range map[string]string{binary: "/usr/local/bin/flashcache", writer: "/usr/local/bin/diskwriter"} {
+		if err := vm.CopyFile(ctx, local, remote, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// dirtyThresholdPercent 0: writeback runs all the time, so a cut lands in the middle of it.
+	file := func(v *volume, name, extra string) {
+		doc := fmt.Sprintf("apiVersion: flashcache.io/v1alpha1\nkind: FlashCacheVolume\nmetadata: {name: %s}\nspec:\n"+
+			"  nodeName: vm\n  cacheDevice: {path: %s}\n  backingDevice: {path: %s}\n  dirtyThresholdPercent: 0\n  sequentialCutoff: 0\n%s",
+			v.name, v.cache.ByID(), v.hdd.ByID(), extra)
+		local := filepath.Join(t.TempDir(), name)
+		if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.CopyFile(ctx, local, "/root/"+name, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file(honest, "honest.yaml", "")
+	file(liar, "liar.yaml", "")
+	file(liar, "liar-warn.yaml", liar.extra)
+
+	t.Run("CheckTellsTheHonestDiskFromTheLiar", func(t *testing.T) {
+		verdicts := map[string]string{}
+		for _, f := range []string{"honest.yaml", "liar.yaml"} {
+			var r struct {
+				Volumes []struct {
+					Check struct {
+						Devices []struct {
+							Role    string   `json:"role"`
+							Verdict string   `json:"verdict"`
+							Reasons []string `json:"reasons"`
+						} `json:"devices"`
+					} `json:"check"`
+				} `json:"volumes"`
+			}
+			out := sh(t, "flashcache node check -o json --config /root/"+f)
+			if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Volumes) != 1 {
+				t.Fatalf("%s: %v\n%s", f, err, out)
+			}
+			for _, d := range r.Volumes[0].Check.Devices {
+				t.Logf("%s %s: %s %q", f, d.Role, d.Verdict, d.Reasons)
+				if d.Role == "backing" {
+					verdicts[f] = d.Verdict
+				}
+			}
+		}
+		if verdicts["honest.yaml"] != "Safe" || verdicts["liar.yaml"] != "Unsafe" {
+			t.Errorf("backing verdicts: honest %s, liar %s; want Safe and Unsafe", verdicts["honest.yaml"], verdicts["liar.yaml"])
+		}
+	})
+
+	t.Run("EnforceKeepsTheLiarOutOfWriteback", func(t *testing.T) {
+		sh(t, "flashcache node apply --config /root/honest.yaml")
+		if mode := sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-honest))/bcache/cache_mode"); !strings.Contains(mode, "[writeback]") {
+			t.Errorf("honest volume: %q, want writeback", mode)
+		}
+		out := sh(t, "flashcache node apply --config /root/liar.yaml")
+		if mode := sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-liar))/bcache/cache_mode"); !strings.Contains(mode, "[writethrough]") {
+			t.Errorf("lying backing disk under Enforce: %q, want writethrough", mode)
+		}
+		if !strings.Contains(out, "Unsafe") {
+			t.Errorf("apply did not say why:\n%s", out)
+		}
+		// Forced, to show what the check prevents.
+		sh(t, "flashcache node apply --config /root/liar-warn.yaml")
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	// No pause between writeback passes (the engine keeps bcache's 30 s): with the spec's
+	// dirtyThresholdPercent 0, bcache writes back all the time, so each cut lands mid-writeback.
+	keepWritingBack := func(t *testing.T) {
+		t.Helper()
+		for _, v := range []*volume{honest, liar} {
+			sh(t, "echo 0 > /sys/block/$(basename $(readlink -f /dev/flashcache/"+v.name+"))/bcache/writeback_delay")
+		}
+	}
+	keepWritingBack(t)
+	// From here on a cut loses only what the workload writes (and bcache writes back).
+	if err := vm.WriteBackDiskCaches(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The last round: a batch made durable with one flush, then no flush from the workload while
+	// bcache writes it back, and the power goes mid-way: does writeback make the backing disk's
+	// volatile cache durable before it marks the data clean?
+	{
+		round := int64(cuts + 1)
+		start := (round - 1) * recordsPerRound
+		const batch = 4096 // 16 MiB
+		for _, v := range []*volume{honest, liar} {
+			sh(t, fmt.Sprintf("echo 0 > /sys/block/$(basename $(readlink -f /dev/flashcache/%s))/bcache/writeback_running", v.name))
+			out := sh(t, fmt.Sprintf("diskwriter -batch -dev /dev/flashcache/%s -start %d -count %d -round %d", v.name, start, batch, round))
+			if out != fmt.Sprintf("ack %d", start+batch-1) {
+				t.Fatalf("batch writer: %q", out)
+			}
+			v.acked += batch
+			v.roundsCovered = append(v.roundsCovered, roundRange{round, start, batch})
+		}
+		// Writeback at about 1 MiB/s (under its target the rate falls to writeback_rate_minimum,
+		// here 2048 sectors/s), so the cut lands while it runs.
+		for _, v := range []*volume{honest, liar} {
+			sh(t, fmt.Sprintf("cd /sys/block/$(basename $(readlink -f /dev/flashcache/%s))/bcache && "+
+				"echo 10 > writeback_percent && echo 2048 > writeback_rate_minimum && echo 1 > writeback_running", v.name))
+		}
+		// Cut once writeback is under way but not done on the honest volume.
+		dir := "/sys/block/$(basename $(readlink -f /dev/flashcache/vol-honest))/bcache/"
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			d := sh(t, "cat "+dir+"dirty_data")
+			if kib := kibOf(d); kib > 0 && kib < 13<<10 {
+				t.Logf("cut with %s of 16 MiB still dirty on the honest volume", d)
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("writeback did not progress: %s dirty", d)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err := vm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sh(t, "flashcache node apply --config /root/honest.yaml && flashcache node apply --config /root/liar-warn.yaml")
+		keepWritingBack(t)
+		for _, v := range []*volume{honest, liar} {
+			v.lostVolume += missing(t, sh, "/dev/flashcache/"+v.name, 0, v.roundsCovered[len(v.roundsCovered)-1])
+		}
+	}
+
+	for round := int64(1); round <= cuts; round++ {
+		start := (round - 1) * recordsPerRound
+		acks := map[*volume]*int64{}
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		for _, v := range []*volume{honest, liar} {
+			last := start - 1
+			acks[v] = &last
+			wg.Add(1)
+			go func(v *volume) {
+				defer wg.Done()
+				r, w, _ := os.Pipe()
+				go func() {
+					sc := bufio.NewScanner(r)
+					for sc.Scan() {
+						if n, err := strconv.ParseInt(strings.TrimPrefix(sc.Text(), "ack "), 10, 64); err == nil {
+							mu.Lock()
+							*acks[v] = n
+							mu.Unlock()
+						}
+					}
+				}()
+				// Ends with an error when the power goes: that is the point.
+				_, _ = vm.Stream(ctx, fmt.Sprintf("diskwriter -dev /dev/flashcache/%s -start %d -count %d -round %d",
+					v.name, start, recordsPerRound, round), w)
+				_ = w.Close()
+			}(v)
+		}
+		began := time.Now()
+		for {
+			mu.Lock()
+			ready := *acks[honest]-start >= minAcks && *acks[liar]-start >= minAcks
+			mu.Unlock()
+			if ready && time.Since(began) >= minWrites {
+				break
+			}
+			if time.Since(began) > 5*time.Minute {
+				t.Fatalf("round %d: the writers acknowledged too little in 5 minutes", round)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		mu.Lock()
+		written := (*acks[honest] - start + 1) * 4
+		mu.Unlock()
+		dirty := sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-honest))/bcache/dirty_data") + " of " +
+			strconv.FormatInt(written, 10) + " KiB written"
+		if err := vm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		for _, v := range []*volume{honest, liar} {
+			n := *acks[v] - start + 1
+			v.acked += n
+			v.roundsCovered = append(v.roundsCovered, roundRange{round, start, n})
+		}
+		mu.Unlock()
+		wg.Wait()
+		last := len(honest.roundsCovered) - 1
+		t.Logf("round %d: power cut with %s dirty on the honest volume; acknowledged %d (honest) and %d (liar)",
+			round, dirty, honest.roundsCovered[last].count, liar.roundsCovered[last].count)
+		if err := vm.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The engine adopts the volumes after the cut, as the agent or the boot unit would.
+		sh(t, "flashcache node apply --config /root/honest.yaml && flashcache node apply --config /root/liar-warn.yaml")
+		keepWritingBack(t)
+		for _, v := range []*volume{honest, liar} {
+			v.lostVolume += missing(t, sh, "/dev/flashcache/"+v.name, 0, v.roundsCovered[len(v.roundsCovered)-1])
+		}
+	}
+
+	// Everything through the cache onto the backing disks, then read them directly.
+	for _, v := range []*volume{honest, liar} {
+		f := map[*volume]string{honest: "honest.yaml", liar: "liar-warn.yaml"}[v]
+		sh(t, "flashcache node flush --timeout 20m --config /root/"+f)
+		bc := "/sys/block/$(basename $(readlink -f /dev/flashcache/" + v.name + "))/bcache/"
+		sh(t, "echo 1 > "+bc+"detach && for i in $(seq 300); do [ \"$(cat "+bc+"state)\" = 'no cache' ] && break; sleep 0.1; done")
+		offset, err := strconv.ParseInt(sh(t, "bcache-super-show "+v.hdd.ByID()+" | awk '/dev.data.first_sector/ {print $2}'"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rr := range v.roundsCovered {
+			v.lostBacking += missing(t, sh, v.hdd.ByID(), offset*512, rr)
+		}
+	}
+
+	t.Logf("\n%-28s %5s %8s %22s %30s\n%-28s %5d %8d %22d %30d\n%-28s %5d %8d %22d %30d",
+		"case", "cuts", "acked", "lost (through volume)", "lost (backing, after flush)",
+		"honest volatile cache", cuts+1, honest.acked, honest.lostVolume, honest.lostBacking,
+		"lying cache (forced by Warn)", cuts+1, liar.acked, liar.lostVolume, liar.lostBacking)
+	if honest.lostVolume != 0 || honest.lostBacking != 0 {
+		t.Errorf("honest disks lost acknowledged writes: %d through the volume, %d on the backing disk", honest.lostVolume, honest.lostBacking)
+	}
+	if liar.lostVolume+liar.lostBacking == 0 {
+		t.Errorf("the lying disk lost nothing: the test cannot tell a lie from the truth")
+	}
+}
+
+// missing counts the records of a round that are absent or damaged on dev, whose record 0 is
+// at base bytes.
+func missing(t *testing.T, sh func(*testing.T, string) string, dev string, base int64, rr roundRange) int {
+	t.Helper()
+	if rr.count <= 0 {
+		return 0
+	}
+	out := sh(t, fmt.Sprintf("diskwriter -verify -dev %s -base %d -start %d -count %d -round %d", dev, base, rr.start, rr.count, rr.round))
+	var lost, total int
+	if _, err := fmt.Sscanf(out, "missing %d of %d", &lost, &total); err != nil {
+		t.Fatalf("verify output %q: %v", out, err)
+	}
+	return lost
+}
+
+// kibOf reads bcache's human sizes ("3.1M", "512.0k") in KiB; 0 for anything else.
+func kibOf(s string) float64 {
+	mult := map[byte]float64{'k': 1, 'M': 1 << 10, 'G': 1 << 20}
+	if s == "" {
+		return 0
+	}
+	m, ok := mult[s[len(s)-1]]
+	if !ok {
+		return 0
+	}
+	v, err := strconv.ParseFloat(s[:len(s)-1], 64)
+	if err != nil {
+		return 0
+	}
+	return v * m
+}
