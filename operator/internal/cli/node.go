@@ -124,80 +124,64 @@ then go back to the configured mode (a held volume stays held).`,
 	teardown.Flags().BoolVar(&confirm, "confirm", false, "confirm that the volume is to be destroyed")
 	teardown.Flags().DurationVar(&timeout, "flush-timeout", time.Hour, "how long the final flush may take")
 
-	node.AddCommand(
-		&cobra.Command{
-			Use:   "plan",
-			Short: "Print the steps apply would take, changing nothing",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
-					steps, err := e.PlanOnly(ctx, v, engine.Desired{})
-					r.Steps = steps
-					r.Changed = len(steps) > 0
-					return err
-				})
-			},
-		},
-		&cobra.Command{
-			Use:   "apply",
-			Short: "Build or adopt the volumes and set their tunables",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
-					res, err := e.Apply(ctx, v, engine.Desired{})
-					if res != nil {
-						r.Changed, r.Steps, r.Warnings, r.Status, r.Check = res.Changed, res.Steps, res.Warnings, res.Status, res.Check
-					}
-					return err
-				})
-			},
-		},
-		&cobra.Command{
-			Use:   "status",
-			Short: "Report the volumes as the kernel sees them",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
-					s, err := e.Status(ctx, v)
-					r.Status = s
-					return err
-				})
-			},
-		},
-		flush,
-		&cobra.Command{
-			Use:   "release",
-			Short: "End a flush's hold and restore the configured mode",
-			Args:  cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
-					res, err := e.Release(ctx, v)
-					if res != nil {
-						r.Changed, r.Steps, r.Status = res.Changed, res.Steps, res.Status
-					}
-					return err
-				})
-			},
-		},
-		teardown,
-		&cobra.Command{
-			Use:   "check",
-			Short: "Judge both devices' durability and the cache's wear (writes only to scratch regions)",
-			Long: `Reads the kernel's and the device's view of each write cache, times small synchronous
+	check := volumeCommand(opts, "check", "Judge both devices' durability and the cache's wear (writes only to scratch regions)",
+		func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+			rep, err := e.Check(ctx, v)
+			r.Check = rep
+			return err
+		})
+	check.Long = `Reads the kernel's and the device's view of each write cache, times small synchronous
 writes on a scratch region of each device (between the partition table and the cache partition on
 the SSD, between the bcache superblock and the data on the backing disk; never user data, never
-the spare area), reads SMART wear, and gives a verdict per device and for the volume.`,
-			Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
-					rep, err := e.Check(ctx, v)
-					r.Check = rep
-					return err
-				})
-			},
-		},
+the spare area), reads SMART wear, and gives a verdict per device and for the volume.`
+
+	node.AddCommand(
+		volumeCommand(opts, "plan", "Print the steps apply would take, changing nothing",
+			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				steps, err := e.PlanOnly(ctx, v, engine.Desired{})
+				r.Steps, r.Changed = steps, len(steps) > 0
+				return err
+			}),
+		volumeCommand(opts, "apply", "Build or adopt the volumes and set their tunables",
+			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				res, err := e.Apply(ctx, v, engine.Desired{})
+				r.fromResult(res)
+				return err
+			}),
+		volumeCommand(opts, "status", "Report the volumes as the kernel sees them",
+			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				s, err := e.Status(ctx, v)
+				r.Status = s
+				return err
+			}),
+		flush,
+		volumeCommand(opts, "release", "End a flush's hold and restore the configured mode",
+			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+				res, err := e.Release(ctx, v)
+				r.fromResult(res)
+				return err
+			}),
+		teardown,
+		check,
 	)
 	return node
+}
+
+// volumeCommand is a `flashcache node` subcommand that acts on each volume of the file.
+func volumeCommand(opts *nodeOptions, use, short string, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runNode(cmd, opts, act) },
+	}
+}
+
+// fromResult copies what apply or release did into the report.
+func (r *volumeReport) fromResult(res *engine.Result) {
+	if res != nil {
+		r.Changed, r.Steps, r.Warnings, r.Status, r.Check = res.Changed, res.Steps, res.Warnings, res.Status, res.Check
+	}
 }
 
 // runNode loads the volume file and runs act for each volume, printing one report.
