@@ -47,10 +47,7 @@ type roundRange struct {
 }
 
 func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
-	image, binary := os.Getenv("FLASHCACHE_VM_IMAGE"), os.Getenv("FLASHCACHE_BIN")
-	if image == "" || binary == "" {
-		t.Fatal("FLASHCACHE_VM_IMAGE and FLASHCACHE_BIN must be set: run `make test-durability`")
-	}
+	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
 	writer := filepath.Join(t.TempDir(), "diskwriter")
 	build := exec.Command("go", "build", "-o", writer, "./diskwriter")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")

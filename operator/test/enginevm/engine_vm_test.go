@@ -167,11 +167,7 @@ func (g *guest) sysfsInt(t *testing.T, path string) int64 {
 }
 
 func TestEngineOnARealKernel(t *testing.T) {
-	image := os.Getenv("FLASHCACHE_VM_IMAGE")
-	binary := os.Getenv("FLASHCACHE_BIN")
-	if image == "" || binary == "" {
-		t.Fatal("FLASHCACHE_VM_IMAGE and FLASHCACHE_BIN must be set: run `make test-vm`")
-	}
+	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
 	vm, err := vmharness.Boot(ctx, vmharness.Options{

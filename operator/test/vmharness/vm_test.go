@@ -21,10 +21,7 @@ import (
 // property later tests rely on: stable by-id names, the right rotational and discard flags,
 // the bcache module and tools, file copy, and data surviving a reboot.
 func TestVMHasWhatKernelTestsNeed(t *testing.T) {
-	image := os.Getenv("FLASHCACHE_VM_IMAGE")
-	if image == "" {
-		t.Fatal("FLASHCACHE_VM_IMAGE is not set: run `make test-vm`, or set it to the folder `make vm-image` prints")
-	}
+	image := vmharness.ImageFromEnv(t)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()

@@ -21,10 +21,7 @@ import (
 // with an honest HDD, a lying HDD and a plain one: what the guest kernel sees, what a flush
 // costs, and what survives a power cut (Kill then Start) and a clean Shutdown then Start.
 func TestVolatileDiskCaches(t *testing.T) {
-	image := os.Getenv("FLASHCACHE_VM_IMAGE")
-	if image == "" {
-		t.Fatal("FLASHCACHE_VM_IMAGE is not set: run `make test-vm`, or set it to the folder `make vm-image` prints")
-	}
+	image := vmharness.ImageFromEnv(t)
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
