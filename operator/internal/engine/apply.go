@@ -60,7 +60,7 @@ type Result struct {
 func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
 	res := &Result{Steps: []Step{}}
 	want.Hold = want.Hold || e.held(v)
-	wantsWriteback := v.Spec.Mode == "" || v.Spec.Mode == fcv1.CacheModeWriteback
+	wantsWriteback := modeOf(v) == fcv1.CacheModeWriteback
 	check := e.lastCheck(v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
 	o, err := e.converge(ctx, v, want, res)
@@ -175,9 +175,9 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			if o.CachePart == nil {
 				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 			}
-			policy := string(v.Spec.ReplacementPolicy)
-			if policy == "" || policy == "random" { // make-bcache knows lru and fifo; sysfs sets random
-				policy = "lru"
+			policy := replacementPolicyOf(v)
+			if policy == string(fcv1.ReplacementPolicyRandom) { // make-bcache knows lru and fifo; sysfs sets random
+				policy = string(fcv1.ReplacementPolicyLRU)
 			}
 			args = append(args, "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
 		}

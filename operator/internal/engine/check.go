@@ -58,10 +58,8 @@ func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
 	if err := guard(v, o); err != nil {
 		return nil, err
 	}
-	label := v.Label()
-	cacheOurs := o.CachePart != nil && o.CachePartName == label
+	cacheOurs, backingOurs := ours(v, o)
 	cacheBlank := len(o.CacheSigs) == 0 && len(o.Cache.Partitions) == 0
-	backingOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
 	backingBlank := len(o.BackingSigs) == 0
 
 	rep := &CheckReport{Volume: v.Name, BootID: bootID(), At: time.Now().UTC(), Policy: string(policyOf(v))}
@@ -93,7 +91,7 @@ func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
 	for _, d := range rep.Devices {
 		rep.Reasons = append(rep.Reasons, fmt.Sprintf("%s %s: %s: %s", d.Role, d.Device, d.Verdict, strings.Join(d.Reasons, "; ")))
 	}
-	rep.WritebackAllowed = policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	rep.WritebackAllowed = writebackAllowed(v, rep)
 	if err := e.saveCheck(v, rep); err != nil {
 		return rep, err
 	}
@@ -137,8 +135,14 @@ func (e *Engine) lastCheck(v Volume) *CheckReport {
 	}
 	// The policy may have changed since; the measurements have not.
 	rep.Policy = string(policyOf(v))
-	rep.WritebackAllowed = policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	rep.WritebackAllowed = writebackAllowed(v, &rep)
 	return &rep
+}
+
+// writebackAllowed is what the spec's policy makes of a check: Warn allows writeback whatever
+// was found, Enforce only on devices that are not Unsafe and a cache that is not worn.
+func writebackAllowed(v Volume, rep *CheckReport) bool {
+	return policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
 }
 
 func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
@@ -140,6 +141,37 @@ func (e *Engine) backingDevice(_ context.Context, v Volume) (blockdev.Device, er
 		return d, fmt.Errorf("backingDevice.path: %w", err)
 	}
 	return d, nil
+}
+
+// ours says which devices carry this volume's marks: a cache partition named for it, and a
+// backing superblock with its label, or with no label yet and the cache partition's set (a run
+// stopped between make-bcache and writing the label). Plan, Check and Teardown all ask it.
+func ours(v Volume, o *Observation) (cache, backing bool) {
+	label := v.Label()
+	cache = o.CachePart != nil && o.CachePartName == label
+	set := ""
+	if cache && o.CacheSB != nil && o.CacheSB.IsCache() {
+		set = o.CacheSB.SetUUID()
+	}
+	backing = o.BackingSB != nil && !o.BackingSB.IsCache() &&
+		(o.BackingSB.Label() == label || (o.BackingSB.Label() == "" && set != "" && o.BackingSB.SetUUID() == set))
+	return cache, backing
+}
+
+// modeOf is the spec's cache mode, defaulted as the CRD does.
+func modeOf(v Volume) fcv1.CacheMode {
+	if v.Spec.Mode == "" {
+		return fcv1.CacheModeWriteback
+	}
+	return v.Spec.Mode
+}
+
+// replacementPolicyOf is the spec's replacement policy, defaulted as the CRD does.
+func replacementPolicyOf(v Volume) string {
+	if v.Spec.ReplacementPolicy == "" {
+		return string(fcv1.ReplacementPolicyLRU)
+	}
+	return string(v.Spec.ReplacementPolicy)
 }
 
 func hasType(sigs []blockdev.Signature, typ string) bool {

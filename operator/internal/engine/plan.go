@@ -126,7 +126,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 
 	// The cache device: ours when its first partition carries our label.
 	cachePart := "partition 1 of " + o.Cache.DevPath
-	cacheIsOurs := o.CachePart != nil && o.CachePartName == label
+	cacheIsOurs, backingIsOurs := ours(v, o)
 	if o.CachePart != nil {
 		cachePart = o.CachePart.DevPath
 	}
@@ -169,8 +169,6 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 
 	// The backing device: ours when its bcache superblock carries our label, or no label yet and
 	// our cache set (make-bcache writes the set, and the label can only follow through sysfs).
-	backingIsOurs := o.BackingSB != nil && !o.BackingSB.IsCache() &&
-		(o.BackingSB.Label() == label || (o.BackingSB.Label() == "" && set != "" && o.BackingSB.SetUUID() == set))
 	if !backingIsOurs && len(o.BackingSigs) > 0 {
 		if !wipeConsent(v).BackingDevice {
 			return nil, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
@@ -222,10 +220,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
 		}
 	}
-	policy := string(v.Spec.ReplacementPolicy)
-	if policy == "" {
-		policy = string(fcv1.ReplacementPolicyLRU)
-	}
+	policy := replacementPolicyOf(v)
 	if have, _ := blockdev.ActiveChoice(o.CacheKnobs["cache_replacement_policy"]); have != policy {
 		steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: "cache_replacement_policy", Value: policy, From: have})
 	}
@@ -324,10 +319,7 @@ type tunable struct {
 
 // tunables are the backing device's knobs as the spec wants them.
 func tunables(v Volume, want Desired) []tunable {
-	mode := string(v.Spec.Mode)
-	if mode == "" {
-		mode = string(fcv1.CacheModeWriteback)
-	}
+	mode := string(modeOf(v))
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}

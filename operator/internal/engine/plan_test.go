@@ -316,3 +316,23 @@ func TestPlanTurnsTheBackingWriteCacheOffOnlyWhenAsked(t *testing.T) {
 		t.Errorf("steps once off: %s", kinds(steps))
 	}
 }
+
+func TestOursIsOneRuleForPlanCheckAndTeardown(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	if c, b := ours(v, o); !c || !b {
+		t.Fatalf("converged volume: cache %v backing %v", c, b)
+	}
+	o.BackingSB.Fields["dev.label"] = "(empty)"
+	if _, b := ours(v, o); !b {
+		t.Error("unlabelled backing device of our cache set is not ours")
+	}
+	o.BackingSB.Fields["cset.uuid"] = "set-other"
+	if _, b := ours(v, o); b {
+		t.Error("unlabelled backing device of another cache set is ours")
+	}
+	o.CachePartName = "fc-someone-else"
+	if c, _ := ours(v, o); c {
+		t.Error("a partition named for another volume is ours")
+	}
+}

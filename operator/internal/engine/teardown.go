@@ -28,12 +28,10 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	if err != nil {
 		return res, err
 	}
-	label := v.Label()
-	backingOurs := o.BackingSB != nil && !o.BackingSB.IsCache() && o.BackingSB.Label() == label
-	cacheOurs := o.CachePart != nil && o.CachePartName == label
+	cacheOurs, backingOurs := ours(v, o)
 	if o.BackingSB != nil && !backingOurs {
 		return res, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
-			Message: fmt.Sprintf("%s carries a bcache superblock labelled %q, not this volume's %q: not touching it", o.Backing.DevPath, o.BackingSB.Label(), label)}
+			Message: fmt.Sprintf("%s carries a bcache superblock labelled %q of cache set %s, not this volume's: not touching it", o.Backing.DevPath, o.BackingSB.Label(), o.BackingSB.SetUUID())}
 	}
 	if len(o.BackingMounts) > 0 || (o.BackingReg != nil && mountedDevice(o.BackingReg.Device)) {
 		return res, &Refusal{Reason: ReasonMounted, Field: "backingDevice.path",
