@@ -42,7 +42,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs a
 	cd operator && $(CONTROLLER_GEN) applyconfiguration paths=./api/...
 	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp operator/config/crd/bases/*.yaml crds/
-	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths=./internal/controller/... output:rbac:artifacts:config=config/rbac
+	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths="./internal/controller/...;./internal/webhook/..." output:rbac:artifacts:config=config/rbac/operator
+	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print their folder (KUBEBUILDER_ASSETS).

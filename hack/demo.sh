@@ -83,7 +83,7 @@ k apply -f crds/
 check "CRD established" k wait --for=condition=Established --timeout=60s crd/flashcachevolumes.flashcache.io
 
 step "Start the operator: flashcache operator"
-"$flashcache" operator --kubeconfig "$kubeconfig" --metrics-bind-address 0 --health-probe-bind-address 0 \
+"$flashcache" operator --kubeconfig "$kubeconfig" --metrics-bind-address 0 --health-probe-bind-address 0 --webhook-port 0 \
 	>"$work/operator.log" 2>&1 &
 pids+=($!)
 "$flashcache" version

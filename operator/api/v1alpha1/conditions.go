@@ -50,3 +50,47 @@ const (
 	// re-created object of the same name does not silently take over an old volume.
 	AnnotationVolumeUID = "flashcache.io/volume-uid"
 )
+
+// Reasons the node agent gives on its conditions.
+const (
+	// ReasonApplyFailed: the last engine run failed; the message says where. The agent retries
+	// with backoff.
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonRefused: the engine refused to touch a device (not ours, carries data, mounted, the
+	// root disk); nothing was changed. It retries rarely, since only a person can fix this.
+	ReasonRefused = "Refused"
+	// ReasonDeviceMissing: a device the spec names is not on the node.
+	ReasonDeviceMissing = "DeviceMissing"
+	// ReasonBusy: another engine run holds the volume's devices.
+	ReasonBusy = "Busy"
+	// ReasonSafe, ReasonUnsafe and ReasonUnknown mirror the durability verdict on SafetyChecked.
+	ReasonSafe    = "Safe"
+	ReasonUnsafe  = "Unsafe"
+	ReasonUnknown = "Unknown"
+	// ReasonWritethroughEnforced: writeback was refused by the Enforce policy.
+	ReasonWritethroughEnforced = "WritethroughEnforced"
+	// ReasonFlushInProgress: a blocking flush is writing dirty data to the backing device; the
+	// message carries the progress that the eviction webhook shows to kubectl drain.
+	ReasonFlushInProgress = "FlushInProgress"
+	// ReasonHeldClean: the volume is clean and held in writethrough until the node is schedulable
+	// again and no eviction asked for a flush lately. Evictions pass.
+	ReasonHeldClean = "HeldClean"
+	// ReasonNotRequested: no drain or eviction wants the volume flushed.
+	ReasonNotRequested = "NotRequested"
+	// ReasonFlushFailed: the blocking flush did not finish; the message says why.
+	ReasonFlushFailed = "FlushFailed"
+	// ReasonRunning: the device serves with its cache (Degraded=False).
+	ReasonRunning = "Running"
+	// ReasonNoCache: the bcache device runs without its cache set.
+	ReasonNoCache = "NoCache"
+)
+
+const (
+	// AnnotationFlushRequested is set by the eviction webhook on a volume whose pod's eviction it
+	// held back (an RFC 3339 time, refreshed on each retry). The agent flushes and holds the
+	// volume while the request is recent or the node is cordoned.
+	AnnotationFlushRequested = "flashcache.io/flush-requested"
+	// AnnotationEvictWithoutFlush, set to "true" by a person on a volume, lets evictions of its
+	// pods pass at once, dirty or not: for emergencies, when the flush cannot finish.
+	AnnotationEvictWithoutFlush = "flashcache.io/evict-without-flush"
+)

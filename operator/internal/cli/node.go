@@ -209,7 +209,7 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 		}
 		found = true
 		r := volumeReport{Name: v.Name}
-		if err := act(ctx, e, v, &r); err != nil {
+		if err := lockedAct(ctx, e, v, &r, act); err != nil {
 			r.Error = &reportError{Message: err.Error()}
 			var refusal *engine.Refusal
 			if errors.As(err, &refusal) {
@@ -274,3 +274,16 @@ func printReport(w io.Writer, output string, report nodeReport) error {
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// lockWait is how long a node command waits for another run (the agent, the boot unit) to be
+// done with the same disks.
+const lockWait = 2 * time.Minute
+
+func lockedAct(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error) error {
+	unlock, err := engine.Lock(ctx, v, lockWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return act(ctx, e, v, r)
+}

@@ -3,21 +3,28 @@ package cli
 import (
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	webhookserver "sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/controller"
 	"github.com/flashcache/flashcache/operator/internal/version"
+	"github.com/flashcache/flashcache/operator/internal/webhook"
 )
 
 type operatorOptions struct {
@@ -26,6 +33,9 @@ type operatorOptions struct {
 	probeAddr               string
 	leaderElect             bool
 	leaderElectionNamespace string
+	webhook                 webhook.Options
+	webhookNamespace        string
+	webhookService          string
 	zap                     zap.Options
 }
 
@@ -45,6 +55,14 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8081", "address of /healthz and /readyz")
 	f.BoolVar(&opts.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	f.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease; empty: the pod's own")
+	f.IntVar(&opts.webhook.Port, "webhook-port", 9443, "port of the eviction webhook; 0 turns the webhook off")
+	f.StringVar(&opts.webhook.CertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flashcache-webhook-certs"), "folder of the webhook's tls.crt and tls.key")
+	f.StringVar(&opts.webhook.Certs, "webhook-certs", webhook.CertsSelf, "where the serving certificate comes from: self (made, rotated and injected by the operator) or files (cert-manager)")
+	f.StringVar(&opts.webhookNamespace, "webhook-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the webhook Service and certificate Secret (default $POD_NAMESPACE)")
+	f.StringVar(&opts.webhookService, "webhook-service", "flashcache-webhook", "Service the API server calls the webhook through")
+	f.StringVar(&opts.webhook.Secret.Name, "webhook-secret", "flashcache-webhook-certs", "Secret that keeps the self-made certificates")
+	f.StringVar(&opts.webhook.DNSName, "webhook-dns-name", "", "name in the serving certificate (default <service>.<namespace>.svc)")
+	f.StringVar(&opts.webhook.Configuration, "webhook-configuration", "flashcache-eviction", "ValidatingWebhookConfiguration to inject the CA into")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
 	f.AddGoFlagSet(goFlags)
@@ -68,7 +86,31 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 	if err != nil {
 		return err
 	}
+	var server webhookserver.Server
+	var certs *webhook.SecretCertificate
+	if opts.webhook.Port != 0 {
+		cacheOpts.ByObject[&corev1.Pod{}] = cache.ByObject{Transform: webhook.SlimPod}
+		if opts.webhook.Certs == webhook.CertsSelf {
+			if opts.webhookNamespace == "" {
+				return fmt.Errorf("--webhook-namespace: empty; set it or $POD_NAMESPACE for the certificate Secret")
+			}
+			opts.webhook.Secret.Namespace = opts.webhookNamespace
+			if opts.webhook.DNSName == "" {
+				opts.webhook.DNSName = opts.webhookService + "." + opts.webhookNamespace + ".svc"
+			}
+		}
+		// The certificate is read with a direct client: caching Secrets would mean watching
+		// every Secret of the namespace.
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating client: %w", err)
+		}
+		if server, certs, err = webhook.NewServer(opts.webhook, direct); err != nil {
+			return err
+		}
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		WebhookServer:           server,
 		Scheme:                  scheme,
 		Cache:                   cacheOpts,
 		Metrics:                 metricsserver.Options{BindAddress: opts.metricsAddr},
@@ -89,6 +131,11 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 		Recorder:  mgr.GetEventRecorder("flashcache-operator"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up FlashCacheVolume controller: %w", err)
+	}
+	if server != nil {
+		if err := webhook.Register(mgr, opts.webhook, certs); err != nil {
+			return fmt.Errorf("setting up the eviction webhook: %w", err)
+		}
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)

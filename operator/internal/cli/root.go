@@ -3,16 +3,12 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flashcache/flashcache/operator/internal/version"
 )
-
-// errNotBuilt marks subcommands whose front end does not exist yet.
-var errNotBuilt = errors.New("not built yet")
 
 // NewRootCommand returns the `flashcache` command with every subcommand.
 func NewRootCommand() *cobra.Command {
@@ -24,21 +20,11 @@ func NewRootCommand() *cobra.Command {
 	}
 	root.AddCommand(
 		newOperatorCommand(),
-		notBuiltCommand("agent", "Run the node agent that builds and watches this node's volumes"),
+		newAgentCommand(),
 		newNodeCommand(),
 		newVersionCommand(),
 	)
 	return root
-}
-
-func notBuiltCommand(use, short string) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short + " (not built yet)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return fmt.Errorf("flashcache %s: %w", cmd.CommandPath()[len("flashcache "):], errNotBuilt)
-		},
-	}
 }
 
 func newVersionCommand() *cobra.Command {

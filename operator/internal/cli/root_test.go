@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,12 +46,11 @@ func TestVersionRejectsUnknownFormat(t *testing.T) {
 	}
 }
 
-func TestUnbuiltSubcommandsFailAndSaySo(t *testing.T) {
-	for _, args := range [][]string{{"agent"}} {
-		_, err := run(t, args...)
-		if !errors.Is(err, errNotBuilt) {
-			t.Errorf("%v: err = %v, want not built yet", args, err)
-		}
+func TestAgentNeedsItsNodeName(t *testing.T) {
+	t.Setenv("NODE_NAME", "")
+	_, err := run(t, "agent", "--kubeconfig", "/nonexistent/kubeconfig")
+	if err == nil || !strings.Contains(err.Error(), "--node-name") {
+		t.Errorf("err = %v, want one naming --node-name", err)
 	}
 }
 

@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
@@ -20,6 +22,13 @@ type Status struct {
 	State         string `json:"state,omitempty"`
 	DirtyBytes    int64  `json:"dirtyBytes"`
 	Held          bool   `json:"held"`
+	// HitRatioPercent, BypassedBytes are bcache's totals since the device was registered.
+	HitRatioPercent int32 `json:"hitRatioPercent"`
+	BypassedBytes   int64 `json:"bypassedBytes"`
+	// WritebackRateBytes is the pace bcache's writeback aims at now, per second.
+	WritebackRateBytes int64 `json:"writebackRateBytes"`
+	// CacheAvailablePercent is the share of the cache set neither dirty nor pinned.
+	CacheAvailablePercent int32 `json:"cacheAvailablePercent"`
 }
 
 func statusOf(v Volume, o *Observation) *Status {
@@ -39,6 +48,26 @@ func statusOf(v Volume, o *Observation) *Status {
 	s.CacheMode, _ = blockdev.ActiveChoice(o.Knobs["cache_mode"])
 	s.State = o.Knobs["state"]
 	s.DirtyBytes, _ = blockdev.ParseHumanSize(o.Knobs["dirty_data"])
+	// Statistics only: a kernel that lacks one leaves it zero rather than failing the status.
+	dir := o.BackingReg.Sysfs
+	if v, err := blockdev.Knob(dir, "stats_total/cache_hit_ratio"); err == nil {
+		if n, err := strconv.ParseInt(v, 10, 32); err == nil {
+			s.HitRatioPercent = int32(n)
+		}
+	}
+	if v, err := blockdev.Knob(dir, "stats_total/bypassed"); err == nil {
+		s.BypassedBytes, _ = blockdev.ParseHumanSize(v)
+	}
+	if v, err := blockdev.Knob(dir, "writeback_rate"); err == nil {
+		s.WritebackRateBytes, _ = blockdev.ParseHumanSize(v)
+	}
+	if s.CacheSetUUID != "" {
+		if v, err := blockdev.Knob(filepath.Join(blockdev.SysFsBcache, s.CacheSetUUID), "cache_available_percent"); err == nil {
+			if n, err := strconv.ParseInt(v, 10, 32); err == nil {
+				s.CacheAvailablePercent = int32(n)
+			}
+		}
+	}
 	return s
 }
 

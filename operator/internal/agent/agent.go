@@ -1,0 +1,425 @@
+// Package agent is the node side of flashcache on Kubernetes: it watches the FlashCacheVolumes
+// of its own node, drives the engine for them, flushes and holds them for a drain, tears them down
+// when the operator says so, and reports what the host looks like in their status.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+)
+
+// FieldManager is the agent's server-side apply identity; the operator uses its own.
+const FieldManager = "flashcache-agent"
+
+// Timing of the agent's loop. Status is refreshed while nothing happens, so that dirty bytes and
+// hit ratio in status and metrics stay current; more often while data is dirty or a drain runs.
+const (
+	refreshIdle     = 30 * time.Second
+	refreshDirty    = 10 * time.Second
+	refreshDraining = 2 * time.Second
+	// retryRefused: a refusal needs a person (consent, another disk); looking again now and then
+	// notices the fix without hammering the disks.
+	retryRefused = 2 * time.Minute
+	retryBusy    = 5 * time.Second
+	// lockWait is how long a run waits for another one on the same disks before it says Busy.
+	lockWait = 2 * time.Second
+	// progressEvery bounds how often a running flush writes its progress to status.
+	progressEvery = 2 * time.Second
+)
+
+// Reconciler drives the engine for the FlashCacheVolumes whose spec.nodeName is NodeName.
+type Reconciler struct {
+	client.Client
+	NodeName string
+	Engine   *engine.Engine
+	Recorder events.EventRecorder
+	Metrics  *Metrics
+	// FlushTimeout bounds one blocking flush pass; a drain's flush that needs longer continues
+	// in the next pass (bcache keeps writing back meanwhile).
+	FlushTimeout time.Duration
+	// RequestGrace is how long an eviction's flush request keeps a volume held after the last
+	// retry of that eviction: long enough for the evicted pod to stop and a drain to finish.
+	RequestGrace time.Duration
+	// Now is the clock; tests replace it.
+	Now func() time.Time
+
+	mu sync.Mutex
+	// lastPass is when the time-based flush (spec.flushPeriod) last ran for each volume.
+	lastPass map[string]time.Time
+	// pending are the volumes seen at start that have not been reconciled once: until they have
+	// been (and their devices registered after a reboot), the agent is not ready.
+	pending map[string]bool
+	// done are the volumes reconciled at least once, so that Start does not wait for them.
+	done    map[string]bool
+	started bool
+}
+
+// +kubebuilder:rbac:groups=flashcache.io,resources=flashcachevolumes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=flashcache.io,resources=flashcachevolumes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// Reconcile brings one volume of this node to its spec and reports it.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	defer r.markReconciled(req.Name)
+	var fcv fcv1.FlashCacheVolume
+	if err := r.Get(ctx, req.NamespacedName, &fcv); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			r.Metrics.Forget(req.Name)
+		}
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if fcv.Spec.NodeName != r.NodeName {
+		return ctrl.Result{}, nil
+	}
+	v := engine.Volume{Name: fcv.Name, Spec: fcv.Spec}
+	if !fcv.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, &fcv, v)
+	}
+
+	st := newReport(&fcv, r.now())
+	if meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned) == nil {
+		// Recorded before any device is touched, under the resourceVersion just read: the
+		// operator removes its finalizer with an optimistic lock too, so a volume deleted
+		// meanwhile makes one of the two fail, never both proceed.
+		st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonProvisioning,
+			"the node agent is building the device")
+		if err := r.applyStatus(ctx, &fcv, st, true); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+
+	unlock, err := engine.Lock(ctx, v, lockWait)
+	if err != nil {
+		if errors.Is(err, engine.ErrBusy) {
+			st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonBusy, err.Error())
+			return ctrl.Result{RequeueAfter: retryBusy}, r.applyStatus(ctx, &fcv, st, false)
+		}
+		return ctrl.Result{}, err
+	}
+	defer unlock()
+
+	var node corev1.Node
+	if err := r.Get(ctx, types.NamespacedName{Name: r.NodeName}, &node); err != nil {
+		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", r.NodeName, err)
+	}
+	why := r.flushWanted(&fcv, &node)
+	res, err := r.converge(ctx, &fcv, v, why, st)
+	if err != nil {
+		return r.failed(ctx, &fcv, st, "apply", err)
+	}
+	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
+	st.fromResult(res, fcv.Generation)
+	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case why != "" || res.Status.Held:
+		return ctrl.Result{RequeueAfter: refreshDraining}, nil
+	case res.Status.DirtyBytes > 0:
+		return ctrl.Result{RequeueAfter: refreshDirty}, nil
+	}
+	return ctrl.Result{RequeueAfter: refreshIdle}, nil
+}
+
+// converge runs the engine for a volume that is not being deleted: build or adopt it, flush and
+// hold it when a drain wants that, release it when nothing does, and run the time-based flush.
+func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, error) {
+	log := logf.FromContext(ctx)
+	before, err := r.Engine.Status(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	running := before.Device != ""
+	writeback := fcv.Spec.Mode == "" || fcv.Spec.Mode == fcv1.CacheModeWriteback
+
+	if why != "" && writeback && running && (!before.Held || before.DirtyBytes > 0) {
+		if !before.Held {
+			log.Info("flushing and holding in writethrough", "why", why, "dirty", before.DirtyBytes)
+			r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushStarted", "Flush",
+				"flushing %s to the backing disk and holding writethrough: %s", human(before.DirtyBytes), why)
+		}
+		if err := r.flush(ctx, fcv, v, st); err != nil {
+			return nil, err
+		}
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Flushed", "Flush",
+			"the cache is clean and held in writethrough: %s", why)
+	}
+	var res *engine.Result
+	switch {
+	case why == "" && before.Held:
+		log.Info("nothing wants the volume held any more: restoring the configured mode")
+		if res, err = r.Engine.Release(ctx, v); err != nil {
+			return res, err
+		}
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Released", "Release",
+			"the node is schedulable and no eviction is waiting: cache mode %s restored", res.Status.CacheMode)
+	default:
+		if res, err = r.Engine.Apply(ctx, v, engine.Desired{Hold: why != "" && writeback}); err != nil {
+			return res, err
+		}
+	}
+	if res.Changed {
+		log.Info("applied", "steps", len(res.Steps))
+		if !running {
+			r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Provisioned", "Apply",
+				"bcache device %s ready at %s (%d steps)", res.Status.Device, res.Status.StablePath, len(res.Steps))
+		}
+	}
+	for _, w := range res.Warnings {
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "Warning", "Apply", "%s", w)
+	}
+	if why == "" && writeback && !res.Status.Held {
+		pass, err := r.flushPeriodPass(ctx, fcv, v, res.Status)
+		if err != nil {
+			return res, err
+		}
+		if pass {
+			if res.Status, err = r.Engine.Status(ctx, v); err != nil {
+				return res, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// flush runs the blocking flush, writing its progress to status for the eviction webhook.
+func (r *Reconciler) flush(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, st *report) error {
+	var last time.Time
+	r.Metrics.Flushing(fcv.Name, true)
+	defer r.Metrics.Flushing(fcv.Name, false)
+	_, err := r.Engine.Flush(ctx, v, r.FlushTimeout, func(p engine.FlushProgress) {
+		r.Metrics.FlushProgress(fcv.Name, p.DirtyBytes)
+		if r.now().Sub(last) < progressEvery {
+			return
+		}
+		last = r.now()
+		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushInProgress, progressMessage(p))
+		st.dirty = &p.DirtyBytes
+		if err := r.applyStatus(ctx, fcv, st, false); err != nil {
+			logf.FromContext(ctx).Error(err, "reporting flush progress")
+		}
+	})
+	if err != nil {
+		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushFailed, err.Error())
+		return fmt.Errorf("blocking flush: %w", err)
+	}
+	return nil
+}
+
+// flushPeriodPass runs the time-based flush when spec.flushPeriod has passed since the last one.
+func (r *Reconciler) flushPeriodPass(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, s *engine.Status) (bool, error) {
+	if fcv.Spec.FlushPeriod == nil || fcv.Spec.FlushPeriod.Duration <= 0 || s.Device == "" {
+		return false, nil
+	}
+	r.mu.Lock()
+	if r.lastPass == nil {
+		r.lastPass = map[string]time.Time{}
+	}
+	last, seen := r.lastPass[fcv.Name]
+	if !seen {
+		// The period counts from when this agent first saw the volume: data older than that
+		// is at most one period late.
+		r.lastPass[fcv.Name] = r.now()
+	}
+	r.mu.Unlock()
+	if !seen || r.now().Sub(last) < fcv.Spec.FlushPeriod.Duration {
+		return false, nil
+	}
+	r.mu.Lock()
+	r.lastPass[fcv.Name] = r.now()
+	r.mu.Unlock()
+	if s.DirtyBytes == 0 {
+		return false, nil
+	}
+	res, err := r.Engine.FlushPass(ctx, v, r.FlushTimeout)
+	if err != nil {
+		return false, fmt.Errorf("flushPeriod pass: %w", err)
+	}
+	logf.FromContext(ctx).Info("flushPeriod pass", "flushed", res.FlushedBytes, "took", res.Duration)
+	return true, nil
+}
+
+// flushWanted says why the volume must be flushed and held now, or "" when nothing wants it.
+func (r *Reconciler) flushWanted(fcv *fcv1.FlashCacheVolume, node *corev1.Node) string {
+	if node.Spec.Unschedulable {
+		return fmt.Sprintf("node %s is cordoned", node.Name)
+	}
+	if at, ok := flushRequestedAt(fcv); ok && r.now().Sub(at) < r.RequestGrace {
+		return fmt.Sprintf("an eviction asked for it at %s", at.Format(time.RFC3339))
+	}
+	return ""
+}
+
+// flushRequestedAt reads the eviction webhook's request from the volume.
+func flushRequestedAt(fcv *fcv1.FlashCacheVolume) (time.Time, bool) {
+	v, ok := fcv.Annotations[fcv1.AnnotationFlushRequested]
+	if !ok {
+		return time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, v)
+	return at, err == nil
+}
+
+// reconcileDelete tears the device down once the operator says its PersistentVolume is gone.
+func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume) (ctrl.Result, error) {
+	provisioned := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned)
+	ready := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionReady)
+	if provisioned == nil || provisioned.Reason == fcv1.ReasonTornDown || fcv.Spec.DeletionPolicy == fcv1.DeletionPolicyOrphan ||
+		ready == nil || ready.Reason != fcv1.ReasonWaitingForTeardown {
+		return ctrl.Result{}, nil
+	}
+	unlock, err := engine.Lock(ctx, v, lockWait)
+	if err != nil {
+		if errors.Is(err, engine.ErrBusy) {
+			return ctrl.Result{RequeueAfter: retryBusy}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	defer unlock()
+	st := newReport(fcv, r.now())
+	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return r.failed(ctx, fcv, st, "teardown", err)
+	}
+	logf.FromContext(ctx).Info("tore the device down")
+	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
+	r.Metrics.Forget(fcv.Name)
+	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonTornDown, "the device was flushed and removed")
+	st.device, st.dirty = nil, nil
+	st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested, "the volume is gone")
+	return ctrl.Result{}, r.applyStatus(ctx, fcv, st, false)
+}
+
+// failed reports an engine error on the volume without crashing or hammering: refusals and
+// missing devices need a person and are looked at again slowly; other errors back off.
+func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st *report, op string, err error) (ctrl.Result, error) {
+	r.Metrics.EngineError(fcv.Name, op)
+	reason, result, ret := fcv1.ReasonApplyFailed, ctrl.Result{}, err
+	var refusal *engine.Refusal
+	switch {
+	case errors.As(err, &refusal):
+		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
+	case errors.Is(err, os.ErrNotExist):
+		reason, result, ret = fcv1.ReasonDeviceMissing, ctrl.Result{RequeueAfter: retryRefused}, nil
+	}
+	logf.FromContext(ctx).Error(err, "engine run failed", "operation", op, "reason", reason)
+	r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, reason, op, "%s: %v", op, err)
+	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); p != nil && p.Status == metav1.ConditionTrue {
+		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
+	} else {
+		st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, reason, err.Error())
+	}
+	if serr := r.applyStatus(ctx, fcv, st, false); serr != nil {
+		return ctrl.Result{}, errors.Join(ret, serr)
+	}
+	return result, ret
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// SetupWithManager watches this node's volumes and the Node itself (cordon and uncordon).
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fcv1.FlashCacheVolume{}).
+		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allVolumes),
+			builder.WithPredicates(predicate.Funcs{
+				UpdateFunc: func(e event.UpdateEvent) bool {
+					return e.ObjectOld.(*corev1.Node).Spec.Unschedulable != e.ObjectNew.(*corev1.Node).Spec.Unschedulable
+				},
+			})).
+		WithOptions(controller.Options{
+			// Volumes on different disks flush in parallel; the engine's lock keeps two runs
+			// off the same disk.
+			MaxConcurrentReconciles: 4,
+			RateLimiter:             workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
+		Named("agent").
+		Complete(r)
+}
+
+func (r *Reconciler) allVolumes(ctx context.Context, _ client.Object) []reconcile.Request {
+	var list fcv1.FlashCacheVolumeList
+	if err := r.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "listing volumes after a node change")
+		return nil
+	}
+	reqs := make([]reconcile.Request, 0, len(list.Items))
+	for _, fcv := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: fcv.Name}})
+	}
+	return reqs
+}
+
+// Start records the volumes to bring up before the agent calls itself ready. It runs as a
+// manager runnable once the cache has synced.
+func (r *Reconciler) Start(ctx context.Context) error {
+	var list fcv1.FlashCacheVolumeList
+	if err := r.List(ctx, &list); err != nil {
+		return fmt.Errorf("listing this node's volumes: %w", err)
+	}
+	r.mu.Lock()
+	r.pending = map[string]bool{}
+	for _, fcv := range list.Items {
+		if !r.done[fcv.Name] {
+			r.pending[fcv.Name] = true
+		}
+	}
+	r.started = true
+	r.mu.Unlock()
+	<-ctx.Done()
+	return nil
+}
+
+func (r *Reconciler) markReconciled(name string) {
+	r.mu.Lock()
+	delete(r.pending, name)
+	if r.done == nil {
+		r.done = map[string]bool{}
+	}
+	r.done[name] = true
+	r.mu.Unlock()
+}
+
+// Ready is the readiness check: every volume known at start has been through the engine once,
+// so after a reboot its bcache device is registered again.
+func (r *Reconciler) Ready(_ *http.Request) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.started {
+		return errors.New("the volume list has not been read yet")
+	}
+	if len(r.pending) > 0 {
+		return fmt.Errorf("%d volumes not brought up yet", len(r.pending))
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/safety"
+)
+
+func TestFlushIsWantedWhileCordonedOrWhileAnEvictionWaits(t *testing.T) {
+	now := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	r := &Reconciler{RequestGrace: 2 * time.Minute, Now: func() time.Time { return now }}
+	fcv := func(requested string) *fcv1.FlashCacheVolume {
+		f := &fcv1.FlashCacheVolume{}
+		if requested != "" {
+			f.Annotations = map[string]string{fcv1.AnnotationFlushRequested: requested}
+		}
+		return f
+	}
+	node := func(cordoned bool) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+		n.Spec.Unschedulable = cordoned
+		return n
+	}
+	for name, tc := range map[string]struct {
+		fcv  *fcv1.FlashCacheVolume
+		node *corev1.Node
+		want string
+	}{
+		"nothing":            {fcv(""), node(false), ""},
+		"cordoned":           {fcv(""), node(true), "cordoned"},
+		"recent eviction":    {fcv(now.Add(-30 * time.Second).Format(time.RFC3339)), node(false), "eviction"},
+		"eviction long ago":  {fcv(now.Add(-10 * time.Minute).Format(time.RFC3339)), node(false), ""},
+		"unreadable request": {fcv("yesterday"), node(false), ""},
+		"cordoned, long ago": {fcv(now.Add(-10 * time.Minute).Format(time.RFC3339)), node(true), "cordoned"},
+	} {
+		got := r.flushWanted(tc.fcv, tc.node)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: flushWanted = %q, want one containing %q", name, got, tc.want)
+		}
+	}
+}
+
+func TestReportSaysHeldCleanOnlyWhenCleanAndOutOfWriteback(t *testing.T) {
+	for name, tc := range map[string]struct {
+		status engine.Status
+		reason string
+	}{
+		"held clean":         {engine.Status{Device: "bcache0", CacheSetUUID: "u", State: "clean", CacheMode: "writethrough", Held: true}, fcv1.ReasonHeldClean},
+		"held, still dirty":  {engine.Status{Device: "bcache0", CacheSetUUID: "u", State: "dirty", CacheMode: "writethrough", Held: true, DirtyBytes: 4096}, fcv1.ReasonFlushInProgress},
+		"held, in writeback": {engine.Status{Device: "bcache0", CacheSetUUID: "u", State: "clean", CacheMode: "writeback", Held: true}, fcv1.ReasonFlushInProgress},
+		"not held":           {engine.Status{Device: "bcache0", CacheSetUUID: "u", State: "clean", CacheMode: "writeback"}, fcv1.ReasonNotRequested},
+	} {
+		st := newReport(&fcv1.FlashCacheVolume{}, time.Now())
+		s := tc.status
+		st.fromResult(&engine.Result{Status: &s}, 3)
+		if st.flushing.Reason != tc.reason {
+			t.Errorf("%s: Flushing reason %s, want %s", name, st.flushing.Reason, tc.reason)
+		}
+		if st.observedGeneration != 3 || st.provisioned.Status != metav1.ConditionTrue {
+			t.Errorf("%s: generation %d, provisioned %v", name, st.observedGeneration, st.provisioned)
+		}
+	}
+}
+
+func TestReportCarriesTheVerdictAndTheWritethroughItForces(t *testing.T) {
+	used := 7
+	check := &engine.CheckReport{Verdict: safety.Unsafe, Policy: "Enforce", WritebackAllowed: false,
+		Reasons: []string{"flushes add 370µs to a write on a rotating disk"},
+		Devices: []engine.DeviceCheck{{Role: "cache", Wear: &safety.Wear{PercentUsed: &used}}}}
+	st := newReport(&fcv1.FlashCacheVolume{}, time.Now())
+	st.fromResult(&engine.Result{Status: &engine.Status{Device: "bcache0", State: "no cache"}, Check: check}, 1)
+	if st.safety.Verdict != fcv1.SafetyVerdictUnsafe || st.safetyChecked.Reason != fcv1.ReasonWritethroughEnforced ||
+		st.safetyChecked.Status != metav1.ConditionFalse || !strings.Contains(st.safetyChecked.Message, "370µs") {
+		t.Errorf("safety %v, condition %+v", st.safety, st.safetyChecked)
+	}
+	if st.wearPercent == nil || *st.wearPercent != 7 {
+		t.Errorf("wear %v, want 7", st.wearPercent)
+	}
+	if st.degraded.Status != metav1.ConditionTrue || st.degraded.Reason != fcv1.ReasonNoCache {
+		t.Errorf("a device without its cache must be Degraded: %+v", st.degraded)
+	}
+}
+
+func TestReportKeepsConditionsItDoesNotTouch(t *testing.T) {
+	fcv := &fcv1.FlashCacheVolume{}
+	meta.SetStatusCondition(&fcv.Status.Conditions, metav1.Condition{Type: fcv1.ConditionSafetyChecked, Status: metav1.ConditionTrue, Reason: fcv1.ReasonSafe})
+	st := newReport(fcv, time.Now())
+	if st.safetyChecked == nil || st.safetyChecked.Reason != fcv1.ReasonSafe {
+		t.Errorf("an apply that carries no check must resend the last verdict: %+v", st.safetyChecked)
+	}
+}
+
+func TestProgressMessageShowsWhatDrainPrints(t *testing.T) {
+	msg := progressMessage(engine.FlushProgress{DirtyBytes: 3 << 30, BytesPerSecond: 80 << 20, ETA: 38400 * time.Millisecond})
+	if msg != "flushing 3.0 GiB to the backing disk at 80.0 MiB/s, ~38s left" {
+		t.Errorf("progress: %q", msg)
+	}
+	if human(512) != "512 B" || human(1536) != "1.5 KiB" {
+		t.Errorf("human: %s %s", human(512), human(1536))
+	}
+}

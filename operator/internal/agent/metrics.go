@@ -1,0 +1,103 @@
+package agent
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/flashcache/flashcache/operator/internal/engine"
+)
+
+// Metrics are the agent's Prometheus series, one set per volume of the node.
+type Metrics struct {
+	dirty, bypassed, writebackRate, flushRemaining *prometheus.GaugeVec
+	hitRatio, available, wear, flushing            *prometheus.GaugeVec
+	state                                          *prometheus.GaugeVec
+	errors                                         *prometheus.CounterVec
+}
+
+// bcacheStates are the values of bcache's state file; one series each, 1 for the current one.
+var bcacheStates = []string{"no cache", "clean", "dirty", "inconsistent"}
+
+// NewMetrics registers the agent's series with reg (controller-runtime's registry in the agent).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	gauge := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "flashcache", Name: name, Help: help}, append([]string{"volume"}, labels...))
+		reg.MustRegister(g)
+		return g
+	}
+	m := &Metrics{
+		dirty:          gauge("volume_dirty_bytes", "Data on the cache device only, not yet on the backing disk."),
+		hitRatio:       gauge("volume_cache_hit_ratio_percent", "Share of reads served from the cache since the device was registered."),
+		bypassed:       gauge("volume_bypassed_bytes", "I/O that went around the cache (sequential, congested) since the device was registered."),
+		available:      gauge("volume_cache_available_percent", "Share of the cache set neither dirty nor pinned."),
+		writebackRate:  gauge("volume_writeback_rate_bytes_per_second", "The pace bcache's writeback aims at now."),
+		state:          gauge("volume_state", "bcache's state of the volume: 1 for the current one.", "state"),
+		wear:           gauge("volume_cache_wear_percent", "The cache device's estimate of its life used."),
+		flushing:       gauge("volume_flushing", "1 while a blocking flush runs."),
+		flushRemaining: gauge("volume_flush_remaining_bytes", "Dirty data a running blocking flush has still to write."),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
+			Help: "Engine runs that failed, by operation."}, []string{"volume", "operation"}),
+	}
+	reg.MustRegister(m.errors)
+	return m
+}
+
+// Observe records what the engine reported about a volume.
+func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
+	if m == nil || s == nil {
+		return
+	}
+	m.dirty.WithLabelValues(volume).Set(float64(s.DirtyBytes))
+	m.hitRatio.WithLabelValues(volume).Set(float64(s.HitRatioPercent))
+	m.bypassed.WithLabelValues(volume).Set(float64(s.BypassedBytes))
+	m.available.WithLabelValues(volume).Set(float64(s.CacheAvailablePercent))
+	m.writebackRate.WithLabelValues(volume).Set(float64(s.WritebackRateBytes))
+	for _, st := range bcacheStates {
+		v := 0.0
+		if st == s.State {
+			v = 1
+		}
+		m.state.WithLabelValues(volume, st).Set(v)
+	}
+	if wearPercent != nil {
+		m.wear.WithLabelValues(volume).Set(float64(*wearPercent))
+	}
+}
+
+// Flushing marks a blocking flush as running or done.
+func (m *Metrics) Flushing(volume string, on bool) {
+	if m == nil {
+		return
+	}
+	v := 0.0
+	if on {
+		v = 1
+	} else {
+		m.flushRemaining.WithLabelValues(volume).Set(0)
+	}
+	m.flushing.WithLabelValues(volume).Set(v)
+}
+
+// FlushProgress records the dirty data a running flush still has to write.
+func (m *Metrics) FlushProgress(volume string, remaining int64) {
+	if m != nil {
+		m.flushRemaining.WithLabelValues(volume).Set(float64(remaining))
+	}
+}
+
+// EngineError counts a failed engine run.
+func (m *Metrics) EngineError(volume, operation string) {
+	if m != nil {
+		m.errors.WithLabelValues(volume, operation).Inc()
+	}
+}
+
+// Forget drops a volume's series once it is gone from the node.
+func (m *Metrics) Forget(volume string) {
+	if m == nil {
+		return
+	}
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining} {
+		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
+	}
+	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})
+}

@@ -1,0 +1,187 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	fcv1ac "github.com/flashcache/flashcache/operator/internal/applyconfiguration/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/safety"
+)
+
+// report is every status field the agent owns. Server-side apply drops the fields a manager
+// stops sending, so each apply carries all of them, starting from what the object says now.
+type report struct {
+	now                time.Time
+	old                []metav1.Condition
+	observedGeneration int64
+	device             *fcv1.DeviceStatus
+	dirty              *int64
+	hitRatio           *int32
+	wearPercent        *int32
+	safety             *fcv1.SafetyStatus
+
+	provisioned, safetyChecked, flushing, degraded *metav1.Condition
+}
+
+func newReport(fcv *fcv1.FlashCacheVolume, now time.Time) *report {
+	st := &report{now: now, old: fcv.Status.Conditions, observedGeneration: fcv.Status.ObservedGeneration,
+		device: fcv.Status.Device.DeepCopy(), hitRatio: fcv.Status.HitRatioPercent,
+		wearPercent: fcv.Status.CacheWearPercent, safety: fcv.Status.Safety.DeepCopy()}
+	if fcv.Status.DirtyData != nil {
+		d := fcv.Status.DirtyData.Value()
+		st.dirty = &d
+	}
+	find := func(t string) *metav1.Condition {
+		if c := meta.FindStatusCondition(fcv.Status.Conditions, t); c != nil {
+			return c.DeepCopy()
+		}
+		return nil
+	}
+	st.provisioned, st.safetyChecked, st.flushing, st.degraded =
+		find(fcv1.ConditionProvisioned), find(fcv1.ConditionSafetyChecked), find(fcv1.ConditionFlushing), find(fcv1.ConditionDegraded)
+	return st
+}
+
+func condition(t string, s metav1.ConditionStatus, reason, message string) *metav1.Condition {
+	return &metav1.Condition{Type: t, Status: s, Reason: reason, Message: message}
+}
+
+// fromResult fills the report from an engine run that succeeded.
+func (st *report) fromResult(res *engine.Result, generation int64) {
+	s := res.Status
+	st.observedGeneration = generation
+	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionTrue, fcv1.ReasonProvisioned,
+		fmt.Sprintf("bcache device %s at %s", s.Device, s.StablePath))
+	capacity := resource.NewQuantity(s.CapacityBytes, resource.BinarySI)
+	st.device = &fcv1.DeviceStatus{Name: s.Device, Path: s.StablePath, CacheSetUUID: s.CacheSetUUID,
+		BackingUUID: s.BackingUUID, Capacity: capacity, CacheMode: fcv1.CacheMode(s.CacheMode), State: s.State}
+	dirty := s.DirtyBytes
+	st.dirty = &dirty
+	hit := s.HitRatioPercent
+	st.hitRatio = &hit
+
+	if c := res.Check; c != nil {
+		st.safety = &fcv1.SafetyStatus{Verdict: fcv1.SafetyVerdict(c.Verdict), Reasons: c.Reasons, CheckedAt: &metav1.Time{Time: c.At}}
+		reason := map[safety.Verdict]string{safety.Safe: fcv1.ReasonSafe, safety.Unsafe: fcv1.ReasonUnsafe}[c.Verdict]
+		if reason == "" {
+			reason = fcv1.ReasonUnknown
+		}
+		status := metav1.ConditionTrue
+		msg := strings.Join(c.Reasons, "; ")
+		if !c.WritebackAllowed {
+			reason, status = fcv1.ReasonWritethroughEnforced, metav1.ConditionFalse
+			msg = fmt.Sprintf("verdict %s under policy %s: the volume stays in writethrough: %s", c.Verdict, c.Policy, msg)
+		}
+		st.safetyChecked = condition(fcv1.ConditionSafetyChecked, status, reason, msg)
+		for _, d := range c.Devices {
+			if d.Role == "cache" && d.Wear != nil && d.Wear.PercentUsed != nil {
+				w := int32(*d.Wear.PercentUsed)
+				st.wearPercent = &w
+			}
+		}
+	}
+
+	switch {
+	case s.Held && s.DirtyBytes == 0 && s.CacheMode != string(fcv1.CacheModeWriteback):
+		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonHeldClean,
+			"the cache is clean and the volume is held in writethrough; evictions pass")
+	case s.Held:
+		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushInProgress,
+			fmt.Sprintf("flushing: %s dirty", human(s.DirtyBytes)))
+	default:
+		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested,
+			"no drain or eviction is waiting for this volume")
+	}
+	if s.State == "no cache" || s.CacheSetUUID == "" {
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, fcv1.ReasonNoCache,
+			"the bcache device runs without its cache: reads and writes go to the backing disk")
+	} else {
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionFalse, fcv1.ReasonRunning,
+			fmt.Sprintf("running with its cache, %s", s.State))
+	}
+}
+
+// applyStatus writes the report with server-side apply. With lock, the apply carries the
+// resourceVersion that was read, and fails if the object changed since.
+func (r *Reconciler) applyStatus(ctx context.Context, fcv *fcv1.FlashCacheVolume, st *report, lock bool) error {
+	status := fcv1ac.FlashCacheVolumeStatus()
+	if st.observedGeneration > 0 {
+		status.WithObservedGeneration(st.observedGeneration)
+	}
+	if d := st.device; d != nil {
+		dev := fcv1ac.DeviceStatus().WithName(d.Name).WithPath(d.Path).WithCacheSetUUID(d.CacheSetUUID).
+			WithBackingUUID(d.BackingUUID).WithCacheMode(d.CacheMode).WithState(d.State)
+		if d.Capacity != nil {
+			dev.WithCapacity(*d.Capacity)
+		}
+		status.WithDevice(dev)
+	}
+	if st.dirty != nil {
+		status.WithDirtyData(*resource.NewQuantity(*st.dirty, resource.BinarySI))
+	}
+	if st.hitRatio != nil {
+		status.WithHitRatioPercent(*st.hitRatio)
+	}
+	if st.wearPercent != nil {
+		status.WithCacheWearPercent(*st.wearPercent)
+	}
+	if s := st.safety; s != nil {
+		sac := fcv1ac.SafetyStatus().WithVerdict(s.Verdict).WithReasons(s.Reasons...)
+		if s.CheckedAt != nil {
+			sac.WithCheckedAt(*s.CheckedAt)
+		}
+		status.WithSafety(sac)
+	}
+	for _, c := range []*metav1.Condition{st.provisioned, st.safetyChecked, st.flushing, st.degraded} {
+		if c == nil {
+			continue
+		}
+		since := metav1.NewTime(st.now)
+		if old := meta.FindStatusCondition(st.old, c.Type); old != nil && old.Status == c.Status {
+			since = old.LastTransitionTime
+		}
+		status.WithConditions(metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
+			WithMessage(c.Message).WithObservedGeneration(st.observedGeneration).WithLastTransitionTime(since))
+	}
+	ac := fcv1ac.FlashCacheVolume(fcv.Name).WithStatus(status)
+	if lock {
+		ac.WithResourceVersion(fcv.ResourceVersion)
+	}
+	if err := r.Status().Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying status of %s: %w", fcv.Name, err)
+	}
+	return nil
+}
+
+// progressMessage is what kubectl drain prints while it waits: dirty bytes, rate and time left.
+func progressMessage(p engine.FlushProgress) string {
+	msg := fmt.Sprintf("flushing %s to the backing disk", human(p.DirtyBytes))
+	if p.BytesPerSecond > 0 {
+		msg += fmt.Sprintf(" at %s/s, ~%s left", human(int64(p.BytesPerSecond)), p.ETA.Round(time.Second))
+	}
+	return msg
+}
+
+// human prints bytes the way bcache and kubectl users read them.
+func human(b int64) string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", b)
+	}
+	div, exp := int64(unit), 0
+	for n := b / unit; n >= unit; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/agent"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/version"
+)
+
+type agentOptions struct {
+	kubeconfig   string
+	nodeName     string
+	metricsAddr  string
+	probeAddr    string
+	holdDir      string
+	flushTimeout time.Duration
+	requestGrace time.Duration
+	zap          zap.Options
+}
+
+func newAgentCommand() *cobra.Command {
+	opts := agentOptions{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: build, report, flush for drains and tear down this node's volumes",
+		Long: `Runs on every node (the DaemonSet), as root with the host's /dev, /sys and /run. It watches the
+FlashCacheVolumes whose spec.nodeName is this node, drives the engine for them, flushes and holds
+them in writethrough while the node is cordoned or an eviction waits, and reports in their status.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(opts)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.kubeconfig, "kubeconfig", "", "kubeconfig file; empty: $KUBECONFIG, then in-cluster")
+	f.StringVar(&opts.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
+	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 turns it off")
+	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8091", "address of /healthz and /readyz")
+	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded (on the host, so they outlive the pod)")
+	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush pass; a longer flush goes on in the next")
+	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
+	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
+	opts.zap.BindFlags(goFlags)
+	f.AddGoFlagSet(goFlags)
+	return cmd
+}
+
+func runAgent(opts agentOptions) error {
+	if opts.nodeName == "" {
+		return fmt.Errorf("--node-name: empty; set it or $NODE_NAME (spec.nodeName from the downward API)")
+	}
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
+	log := ctrl.Log.WithName("agent").WithValues("node", opts.nodeName)
+	log.Info("starting", "version", version.Get().Version)
+
+	cfg, err := restConfig(opts.kubeconfig)
+	if err != nil {
+		return err
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fcv1.AddToScheme(scheme))
+
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme,
+		// The agent sees its own node's volumes and its own Node only: the API server filters
+		// (spec.nodeName is a selectable field of the CRD), so a large cluster costs it nothing.
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&fcv1.FlashCacheVolume{}: {Field: fields.OneTermEqualSelector("spec.nodeName", opts.nodeName)},
+			&corev1.Node{}:           {Field: fields.OneTermEqualSelector("metadata.name", opts.nodeName)},
+		}},
+		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
+		HealthProbeBindAddress: opts.probeAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	engineLog := ctrl.Log.WithName("engine")
+	r := &agent.Reconciler{
+		Client:       mgr.GetClient(),
+		NodeName:     opts.nodeName,
+		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog}, Log: engineLog, HoldDir: opts.holdDir},
+		Recorder:     mgr.GetEventRecorder("flashcache-agent"),
+		Metrics:      agent.NewMetrics(metrics.Registry),
+		FlushTimeout: opts.flushTimeout,
+		RequestGrace: opts.requestGrace,
+	}
+	if err := r.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the agent: %w", err)
+	}
+	if err := mgr.Add(r); err != nil {
+		return fmt.Errorf("adding the start-up pass: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("volumes", r.Ready); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("running manager: %w", err)
+	}
+	return nil
+}

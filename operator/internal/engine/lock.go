@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// LockDir holds one lock file per device path. flock works across processes (the agent, a
+// `flashcache node` run by hand, the boot unit) and, because each Lock opens its own file, across
+// goroutines of one process too.
+var LockDir = "/run/flashcache/locks"
+
+// ErrBusy says another engine run holds one of the volume's devices.
+var ErrBusy = errors.New("another flashcache run is using the volume's devices")
+
+// Unlock releases what Lock took.
+type Unlock func()
+
+// Lock takes the volume's devices (cache and backing, by the paths the spec names) for one engine
+// run, so that two runs never act on the same disks at once, even for two volumes that name the
+// same disk by mistake. It waits up to wait, then returns ErrBusy.
+func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
+	paths := []string{v.Spec.CacheDevice.Path}
+	if p := v.Spec.BackingDevice.Path; p != "" {
+		paths = append(paths, p)
+	}
+	for i, p := range paths {
+		// One disk may go by several names; the resolved one is what must be exclusive.
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			paths[i] = real
+		}
+	}
+	// A fixed order, so that two runs taking overlapping sets cannot deadlock.
+	sort.Strings(paths)
+	if err := os.MkdirAll(LockDir, 0o755); err != nil {
+		return nil, fmt.Errorf("lock folder: %w", err)
+	}
+	var held []*os.File
+	release := func() {
+		for _, f := range held {
+			_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+			_ = f.Close()
+		}
+	}
+	deadline := time.Now().Add(wait)
+	for _, p := range paths {
+		sum := sha256.Sum256([]byte(p))
+		f, err := os.OpenFile(filepath.Join(LockDir, hex.EncodeToString(sum[:8])), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("lock for %s: %w", p, err)
+		}
+		held = append(held, f)
+		for {
+			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, unix.EWOULDBLOCK) {
+				release()
+				return nil, fmt.Errorf("locking %s: %w", p, err)
+			}
+			if time.Now().After(deadline) {
+				release()
+				return nil, fmt.Errorf("%w: %s", ErrBusy, p)
+			}
+			select {
+			case <-ctx.Done():
+				release()
+				return nil, ctx.Err()
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+	return release, nil
+}

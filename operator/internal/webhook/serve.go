@@ -1,0 +1,174 @@
+package webhook
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/webhook"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+)
+
+// Certificate sources for the webhook's serving certificate.
+const (
+	// CertsSelf: the operator makes and rotates a CA and serving certificate with
+	// open-policy-agent/cert-controller, keeps them in a Secret and injects the CA into the
+	// ValidatingWebhookConfiguration.
+	CertsSelf = "self"
+	// CertsFiles: tls.crt and tls.key in the certificate folder come from elsewhere
+	// (cert-manager), which also injects the CA.
+	CertsFiles = "files"
+)
+
+// Options configure the webhook server.
+type Options struct {
+	Port    int
+	CertDir string
+	// Certs is CertsSelf or CertsFiles.
+	Certs string
+	// Secret keeps the self-managed certificates.
+	Secret types.NamespacedName
+	// DNSName is the name the API server calls the webhook by (service.namespace.svc).
+	DNSName string
+	// Configuration is the ValidatingWebhookConfiguration to inject the CA into.
+	Configuration string
+}
+
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update;patch
+
+// NewServer returns the webhook server for the manager's options. With self-managed
+// certificates it serves the certificate straight from the Secret, so it does not wait the
+// minute a kubelet takes to update a mounted Secret after a rotation.
+func NewServer(opts Options, reader client.Reader) (webhook.Server, *SecretCertificate, error) {
+	server := webhook.Options{Port: opts.Port, CertDir: opts.CertDir}
+	var source *SecretCertificate
+	switch opts.Certs {
+	case CertsFiles:
+	case CertsSelf:
+		source = &SecretCertificate{Reader: reader, Secret: opts.Secret, MirrorDir: opts.CertDir}
+		server.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.GetCertificate = source.GetCertificate }}
+	default:
+		return nil, nil, fmt.Errorf("--webhook-certs: %q is neither %s nor %s", opts.Certs, CertsSelf, CertsFiles)
+	}
+	return webhook.NewServer(server), source, nil
+}
+
+// Register adds the eviction gate to the manager's webhook server and, with self-managed
+// certificates, the rotator that makes them.
+func Register(mgr ctrl.Manager, opts Options, source *SecretCertificate) error {
+	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: &EvictionGate{
+		Reader:   mgr.GetCache(),
+		Writer:   mgr.GetClient(),
+		Recorder: mgr.GetEventRecorder("flashcache-eviction-webhook"),
+	}})
+	if source == nil {
+		return nil
+	}
+	if err := mgr.Add(source); err != nil {
+		return err
+	}
+	return rotator.AddRotator(mgr, &rotator.CertRotator{
+		SecretKey:      opts.Secret,
+		CertDir:        opts.CertDir,
+		CAName:         "flashcache-ca",
+		CAOrganization: "flashcache",
+		DNSName:        opts.DNSName,
+		IsReady:        make(chan struct{}),
+		Webhooks:       []rotator.WebhookInfo{{Name: opts.Configuration, Type: rotator.Validating}},
+		// Every replica serves the webhook, so every replica must keep its certificate current;
+		// the rotator's writes are idempotent.
+		RequireLeaderElection: false,
+	})
+}
+
+// SecretCertificate serves the certificate the rotator keeps in a Secret, reading it again at
+// most every refresh, and mirrors it into MirrorDir, where the rotator checks that it arrived.
+type SecretCertificate struct {
+	Reader    client.Reader
+	Secret    types.NamespacedName
+	MirrorDir string
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	version string
+	read    time.Time
+}
+
+const certificateRefresh = 30 * time.Second
+
+// GetCertificate is tls.Config.GetCertificate.
+func (s *SecretCertificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cert != nil && time.Since(s.read) < certificateRefresh {
+		return s.cert, nil
+	}
+	if err := s.refresh(context.Background()); err != nil && s.cert == nil {
+		return nil, err
+	}
+	return s.cert, nil
+}
+
+func (s *SecretCertificate) refresh(ctx context.Context) error {
+	var secret corev1.Secret
+	if err := s.Reader.Get(ctx, s.Secret, &secret); err != nil {
+		return fmt.Errorf("reading webhook certificate secret %s: %w", s.Secret, err)
+	}
+	s.read = time.Now()
+	if secret.ResourceVersion == s.version && s.cert != nil {
+		return nil
+	}
+	crt, key := secret.Data[corev1.TLSCertKey], secret.Data[corev1.TLSPrivateKeyKey]
+	if len(crt) == 0 || len(key) == 0 {
+		return errors.New("the webhook certificate has not been made yet")
+	}
+	cert, err := tls.X509KeyPair(crt, key)
+	if err != nil {
+		return fmt.Errorf("webhook certificate in %s: %w", s.Secret, err)
+	}
+	if s.MirrorDir != "" {
+		if err := os.MkdirAll(s.MirrorDir, 0o700); err != nil {
+			return fmt.Errorf("certificate folder: %w", err)
+		}
+		for name, data := range map[string][]byte{corev1.TLSCertKey: crt, corev1.TLSPrivateKeyKey: key} {
+			if err := os.WriteFile(filepath.Join(s.MirrorDir, name), data, 0o600); err != nil {
+				return fmt.Errorf("mirroring the webhook certificate: %w", err)
+			}
+		}
+	}
+	s.cert, s.version = &cert, secret.ResourceVersion
+	return nil
+}
+
+// Start keeps the mirror current from the start, before any client connects: the rotator
+// fails if the files do not appear within minutes.
+func (s *SecretCertificate) Start(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		err := s.refresh(ctx)
+		s.mu.Unlock()
+		wait := certificateRefresh
+		if err != nil {
+			wait = time.Second
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}
+
+// NeedLeaderElection: every replica serves.
+func (s *SecretCertificate) NeedLeaderElection() bool { return false }
