@@ -79,8 +79,8 @@ type Options struct {
 	CRDDirs []string
 	// Controllers overrides the kube-controller-manager loops (default: Controllers).
 	Controllers []string
-	// StartTimeout bounds each component's start; default 2 minutes, as TCG guests share
-	// the machine's cores with the control plane.
+	// StartTimeout bounds each component's start, and AddNode's wait for kwok; default 2
+	// minutes, generous because TCG guests share the machine's cores with the control plane.
 	StartTimeout time.Duration
 	// Logf, when set, receives progress; t.Logf fits.
 	Logf func(format string, args ...any)
@@ -280,7 +280,7 @@ func (c *Cluster) start(ctx context.Context) error {
 			return err
 		}
 	}
-	c.logf("kube-controller-manager, kube-scheduler and kwok up after %s; logs in %s",
+	c.logf("kube-controller-manager and kube-scheduler lead after %s; logs in %s",
 		time.Since(began).Round(100*time.Millisecond), c.Dir)
 	return nil
 }
