@@ -24,7 +24,7 @@ GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.d
 
 .PHONY: help
 help: ## List the targets.
-	@awk -F ':.*## ' '/^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk -F ':.*## ' '/^[a-zA-Z0-9_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Build
 
@@ -55,10 +55,10 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 test: lint verify-generated test-unit test-envtest test-vm test-durability test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
-lint: ## gofmt and go vet (with the envtest files).
+lint: ## gofmt and go vet (with the envtest, vm and e2e files).
 	@unformatted=$$(cd operator && gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	cd operator && go vet ./... && go vet -tags envtest ./... && go vet -tags vm ./...
+	cd operator && go vet ./... && go vet -tags envtest ./... && go vet -tags vm ./... && go vet -tags e2e ./...
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
@@ -103,6 +103,19 @@ vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in i
 	@hack/install-vm-deps.sh
 	@img=$$(hack/build-vm-image.sh); \
 	cd operator && go run ./test/vmshell -image "$$img"
+
+##@ End-to-end tests (control plane on the host, the QEMU VM as a node)
+
+E2E_COMPONENTS := etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok
+
+.PHONY: test-e2e
+test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok plays its kubelet).
+	hack/install-vm-deps.sh
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
+	img=$$(hack/build-vm-image.sh); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
+		go test -tags e2e -count=1 -p 1 -v -timeout 40m ./test/e2e/...
 
 ##@ Use
 

@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # Build real Kubernetes control-plane binaries (etcd, kube-apiserver, kubectl,
-# optionally kube-controller-manager and kube-scheduler) from the Go module
-# proxy into a cache folder usable as KUBEBUILDER_ASSETS for envtest.
+# optionally kube-controller-manager, kube-scheduler and kwok, the fake kubelet
+# of the end-to-end tests) from the Go module proxy into a cache folder usable
+# as KUBEBUILDER_ASSETS for envtest.
 #
 # Usage: hack/build-control-plane.sh [component...]
-#   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler
+#   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok
 #   default:    etcd kube-apiserver kubectl
 #
 #   KUBEBUILDER_ASSETS="$(hack/build-control-plane.sh)"
 #
-# Versions are pinned only in the wrapper modules hack/control-plane/kubernetes
-# and hack/control-plane/etcd (go.mod + go.sum, built with -mod=readonly).
+# Versions are pinned only in the wrapper modules hack/control-plane/kubernetes,
+# hack/control-plane/etcd and hack/control-plane/kwok (go.mod + go.sum, built
+# with -mod=readonly).
 # Cache: ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/control-plane/
 #        <k8s version>-etcd-<etcd version>-go<go version>/
-# Only missing binaries are built. Progress goes to stderr; the only line on
+# Only missing binaries are built. kwok's version is not in the folder name (so
+# adding it did not orphan existing caches); a kwok binary that reports another
+# version than the pinned one counts as missing. Progress goes to stderr; the only line on
 # stdout is the absolute path of the folder holding the binaries.
 set -euo pipefail
 
-readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler)
+readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok)
 readonly DEFAULT_COMPONENTS=(etcd kube-apiserver kubectl)
 
 log() { printf 'build-control-plane: %s\n' "$*" >&2; }
@@ -43,7 +47,7 @@ for c in "${components[@]}"; do
 		usage
 		exit 0
 		;;
-	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler) ;;
+	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kwok) ;;
 	*)
 		usage
 		die "unknown component: $c"
@@ -56,6 +60,7 @@ command -v go >/dev/null 2>&1 || die "go is not installed or not in PATH"
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 readonly k8s_mod="$repo_root/hack/control-plane/kubernetes"
 readonly etcd_mod="$repo_root/hack/control-plane/etcd"
+readonly kwok_mod="$repo_root/hack/control-plane/kwok"
 
 # The wrapper modules must be built on their own, never as part of a workspace.
 export GOWORK=off
@@ -69,19 +74,29 @@ modfield() { # dir module template
 
 k8s_version="$(modfield "$k8s_mod" k8s.io/kubernetes '{{.Version}}')"
 etcd_version="$(modfield "$etcd_mod" go.etcd.io/etcd/server/v3 '{{.Version}}')"
+kwok_version="$(modfield "$kwok_mod" sigs.k8s.io/kwok '{{.Version}}')"
 go_version="$(cd "$k8s_mod" && go env GOVERSION)"
 go_version="${go_version#go}"
-[[ -n "$k8s_version" && -n "$etcd_version" && -n "$go_version" ]] ||
-	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' go='$go_version')"
+[[ -n "$k8s_version" && -n "$etcd_version" && -n "$kwok_version" && -n "$go_version" ]] ||
+	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' kwok='$kwok_version' go='$go_version')"
 
 cache_root="${FLASHCACHE_CACHE:-${HOME:?HOME is not set}/.cache/flashcache}"
 out_dir="$cache_root/control-plane/${k8s_version}-etcd-${etcd_version}-go${go_version}"
 mkdir -p "$out_dir"
 out_dir="$(cd "$out_dir" && pwd -P)"
 
+# present: the binary is there and, for kwok (whose version the folder name does
+# not carry), is the pinned version. kwok prints "kwok version v0.8.0 go1.26.8 ...".
+present() { # component
+	[[ -x "$out_dir/$1" ]] || return 1
+	if [[ $1 == kwok ]]; then
+		[[ "$("$out_dir/kwok" --version 2>/dev/null)" == "kwok version $kwok_version "* ]] || return 1
+	fi
+}
+
 missing=()
 for c in "${components[@]}"; do
-	[[ -x "$out_dir/$c" ]] || missing+=("$c")
+	present "$c" || missing+=("$c")
 done
 
 if [[ ${#missing[@]} -gt 0 ]]; then
@@ -124,15 +139,20 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 	# the version tag instead of "Not provided (use ./build instead of go build)".
 	etcd_ldflags="-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA=$etcd_version"
 
-	log "building ${missing[*]} (kubernetes $k8s_version, etcd $etcd_version, go $go_version) into $out_dir"
+	log "building ${missing[*]} (kubernetes $k8s_version, etcd $etcd_version, kwok $kwok_version, go $go_version) into $out_dir"
 	for c in "${missing[@]}"; do
-		if [[ -x "$out_dir/$c" ]]; then # built meanwhile by a concurrent run
+		if present "$c"; then # built meanwhile by a concurrent run
 			log "$c: already present"
 			continue
 		fi
 		case "$c" in
 		etcd)
 			mod_dir="$etcd_mod" pkg=. ldflags="$etcd_ldflags" check=(--version)
+			;;
+		kwok)
+			# Its release build stamps the same version into pkg/consts, which the
+			# module's source already carries; nothing to add.
+			mod_dir="$kwok_mod" pkg=sigs.k8s.io/kwok/cmd/kwok ldflags="-s -w" check=(--version)
 			;;
 		kubectl)
 			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(version --client)

@@ -113,6 +113,12 @@ func (k *Kubectl) Eventually(timeout time.Duration, args ...string) (string, err
 func (k *Kubectl) Run(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
+	return k.RunContext(ctx, args...)
+}
+
+// RunContext is Run bounded by ctx instead of the usual two minutes, for commands that wait
+// longer on purpose (kubectl drain --timeout, kubectl wait).
+func (k *Kubectl) RunContext(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, k.bin, append([]string{"--kubeconfig", k.kubeconfig, "--cache-dir", k.cacheDir}, args...)...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {

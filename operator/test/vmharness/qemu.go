@@ -10,6 +10,11 @@ import (
 	"strings"
 )
 
+// HostAddr is the host as the guest sees it: QEMU's user networking (slirp) answers there as
+// gateway and forwards the guest's TCP connections to the host's 127.0.0.1, so a server that
+// listens on the host's loopback only is reachable from the guest at HostAddr:<port>.
+const HostAddr = "10.0.2.2"
+
 // DiskKind is how a data disk presents itself to the guest.
 type DiskKind int
 
@@ -183,7 +188,9 @@ func qemuArgs(c qemuConfig) []string {
 		// The root disk is the only virtio-blk disk, so it is /dev/vda as the image expects.
 		"-drive", "if=none,id=root,format=qcow2,file=" + escapeOpt(c.rootDisk),
 		"-device", "virtio-blk-pci,drive=root",
-		// Loopback only: nothing outside this host can reach the guest's sshd.
+		// Loopback only: nothing outside this host can reach the guest's sshd. Not
+		// restrict=on: the guest reaches the host's loopback as HostAddr (the end-to-end
+		// tests' API server listens there).
 		"-netdev", fmt.Sprintf("user,id=net0,hostfwd=tcp:127.0.0.1:%d-:22", c.sshPort),
 		"-device", "virtio-net-pci,netdev=net0",
 		// Entropy right away, so sshd and the kernel's RNG do not wait at boot.

@@ -36,6 +36,9 @@ func TestQemuArgsGiveEachDiskKindItsDevice(t *testing.T) {
 			t.Errorf("args lack %q:\n%s", want, joined)
 		}
 	}
+	if strings.Contains(joined, "restrict=") {
+		t.Errorf("restricted user networking would cut the guest off from HostAddr:\n%s", joined)
+	}
 	if n := strings.Count(joined, "virtio-scsi-pci"); n != 1 {
 		t.Errorf("want one virtio-scsi controller for all HDDs, got %d", n)
 	}
