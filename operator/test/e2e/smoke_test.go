@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -308,6 +309,11 @@ func describe(v any) string {
 			return "nothing"
 		}
 		return fmt.Sprintf("pod %s uid %s node %q phase %s conditions %+v", o.Name, o.UID, o.Spec.NodeName, o.Status.Phase, o.Status.Conditions)
+	case *fcv1.FlashCacheVolume:
+		if o == nil {
+			return "nothing"
+		}
+		return fmt.Sprintf("volume %s phase %s device %+v dirty %v conditions %+v", o.Name, o.Status.Phase, o.Status.Device, o.Status.DirtyData, o.Status.Conditions)
 	case *corev1.PersistentVolumeClaim:
 		if o == nil {
 			return "nothing"

@@ -1,0 +1,551 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/testenv"
+	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
+	"github.com/flashcache/flashcache/operator/test/vmharness"
+)
+
+const (
+	volumeName = "mysql-data"
+	// dataSpan is the region of the volume the test dirties and then compares on the backing disk.
+	dataSpan = 256 << 20
+	// requestGrace is the agent's --flush-request-grace: short, so uncordon restores writeback
+	// within the test.
+	requestGrace = 15 * time.Second
+)
+
+// TestDrainWaitsForTheFlush is the whole drain story: the operator and its eviction webhook on
+// the host, the real agent inside the VM on real bcache, kwok as the VM's kubelet.
+func TestDrainWaitsForTheFlush(t *testing.T) {
+	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	dir := cluster.TestDir(t)
+	nvme := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-e2e-cache", Size: 1 << 30}
+	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing", Size: 2 << 30}
+
+	var vm *vmharness.VM
+	var bootErr error
+	booted := make(chan struct{})
+	go func() {
+		defer close(booted)
+		vm, bootErr = vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: filepath.Join(dir, "vm"), Logf: t.Logf,
+			Disks: []vmharness.Disk{nvme, hdd}})
+	}()
+	t.Cleanup(func() {
+		<-booted
+		if vm != nil {
+			vm.Close()
+		}
+	})
+	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	kubectl, err := c.Kubectl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fcv1.AddToScheme(scheme))
+	k8s, err := client.New(c.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// Each component runs as its own user with only the RBAC the project ships.
+	grant(t, ctx, k8s, "agent", "flashcache-agent")
+	grant(t, ctx, k8s, "operator", "flashcache-operator")
+	webhookPort := startOperator(t, ctx, c, k8s, binary, dir)
+
+	<-booted
+	if bootErr != nil {
+		t.Fatal(bootErr)
+	}
+	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
+	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	agentConfig, err := c.GuestKubeconfig(envtest.User{Name: "flashcache-agent"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := filepath.Join(dir, "agent-kubeconfig")
+	if err := os.WriteFile(local, agentConfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := vm.CopyFile(ctx, local, "/root/agent.kubeconfig", 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startAgent := func(t *testing.T) {
+		t.Helper()
+		sh(t, fmt.Sprintf("setsid nohup flashcache agent --kubeconfig /root/agent.kubeconfig --node-name %s "+
+			"--flush-request-grace %s >>/root/agent.log 2>&1 </dev/null &", nodeName, requestGrace))
+	}
+	t.Cleanup(func() {
+		if t.Failed() && vm != nil {
+			if out, err := vm.Output(context.Background(), "tail -n 60 /root/agent.log"); err == nil {
+				t.Logf("agent log (tail):\n%s", out)
+			}
+		}
+	})
+	if _, err := c.AddNode(ctx, nodeName, nil); err != nil {
+		t.Fatal(err)
+	}
+	startAgent(t)
+	t.Logf("operator (webhook on :%d), agent and node %s up", webhookPort, nodeName)
+
+	fcv := fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: %s}
+spec:
+  nodeName: %s
+  cacheDevice: {path: %s}
+  backingDevice: {path: %s}
+  mode: writeback
+  # Writeback stays at its floor below 40%% dirty, so the data written below is still on the
+  # cache only when the drain starts.
+  dirtyThresholdPercent: 40
+  flushPeriod: 0s
+  volume: {storageClassName: flashcache, createStorageClass: true}
+`, volumeName, nodeName, nvme.ByID(), hdd.ByID())
+	apply(t, kubectl, dir, "fcv.yaml", fcv)
+
+	t.Run("AgentRestartMidProvisionConvergesWithoutFormattingAgain", func(t *testing.T) {
+		// The first superblock on the backing disk is the volume's identity: a second format
+		// would give it another UUID.
+		var first string
+		deadline := time.Now().Add(5 * time.Minute)
+		for first == "" {
+			if time.Now().After(deadline) {
+				t.Fatal("no bcache superblock on the backing disk after 5 minutes")
+			}
+			first = strings.TrimSpace(sh(t, "bcache-super-show "+hdd.ByID()+" 2>/dev/null | awk '$1==\"dev.uuid\" {print $2}' || true"))
+			time.Sleep(200 * time.Millisecond)
+		}
+		sh(t, "pkill -9 -f 'flashcache agent' || true")
+		t.Logf("agent killed right after it formatted the backing disk (uuid %s)", first)
+		startAgent(t)
+		got := waitVolume(t, ctx, k8s, 5*time.Minute, "Ready", func(f *fcv1.FlashCacheVolume) bool {
+			return f.Status.Phase == fcv1.PhaseReady && f.Status.Device != nil
+		})
+		if got.Status.Device.BackingUUID != first {
+			t.Errorf("backing UUID %s after the restart, %s before: the disk was formatted again", got.Status.Device.BackingUUID, first)
+		}
+		if got.Status.Safety == nil || got.Status.Safety.Verdict != fcv1.SafetyVerdictSafe || got.Status.Device.CacheMode != fcv1.CacheModeWriteback {
+			t.Errorf("want a Safe verdict and writeback: safety %+v, device %+v", got.Status.Safety, got.Status.Device)
+		}
+		if got.Status.ObservedGeneration != got.Generation {
+			t.Errorf("observedGeneration %d, generation %d", got.Status.ObservedGeneration, got.Generation)
+		}
+		var pv corev1.PersistentVolume
+		if err := k8s.Get(ctx, types.NamespacedName{Name: got.Status.PersistentVolumeName}, &pv); err != nil {
+			t.Fatalf("PersistentVolume: %v", err)
+		}
+		if pv.Spec.Local == nil || pv.Spec.Local.Path != "/dev/flashcache/"+volumeName {
+			t.Errorf("PersistentVolume points at %+v", pv.Spec.Local)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("StatefulSetClaimBindsTheVolume", func(t *testing.T) {
+		apply(t, kubectl, dir, "mysql.yaml", strings.ReplaceAll(strings.ReplaceAll(mysqlStatefulSet, "STORAGECLASS", "flashcache"), "SIZE", "1Gi"))
+		eventually(t, ctx, 3*time.Minute, "pod default/mysql-0 running on vm with its claim bound", func(ctx context.Context) (*corev1.Pod, bool, error) {
+			var pvc corev1.PersistentVolumeClaim
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: "default", Name: "data-mysql-0"}, &pvc); err != nil {
+				return nil, false, err
+			}
+			var pod corev1.Pod
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mysql-0"}, &pod); err != nil {
+				return nil, false, err
+			}
+			return &pod, pvc.Spec.VolumeName == "flashcache-"+volumeName && pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName == nodeName, nil
+		})
+		out, _ := kubectl.Run("get", "fcv,pv,pvc,pods", "-o", "wide")
+		t.Logf("\n%s", out)
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	stateFile := "/sys/block/$(basename $(readlink -f /dev/flashcache/" + volumeName + "))/bcache/"
+	var checksum string
+	t.Run("DirtyDataOnTheCache", func(t *testing.T) {
+		// Random 4 KiB writes: on a 150 IOPS disk their writeback takes tens of seconds.
+		sh(t, fmt.Sprintf("fio --name=dirty --filename=/dev/flashcache/%s --rw=randwrite --bs=4k --size=%d --io_size=24M "+
+			"--direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null && sync", volumeName, dataSpan))
+		checksum = sh(t, fmt.Sprintf("dd if=/dev/flashcache/%s bs=1M count=%d iflag=direct status=none | md5sum | cut -d' ' -f1", volumeName, dataSpan>>20))
+		if state := sh(t, "cat "+stateFile+"state"); state != "dirty" {
+			t.Fatalf("bcache state %q after writing, want dirty", state)
+		}
+		waitVolume(t, ctx, k8s, time.Minute, "dirty data in status", func(f *fcv1.FlashCacheVolume) bool {
+			return f.Status.DirtyData != nil && f.Status.DirtyData.Value() > 1<<20
+		})
+		metrics := sh(t, "exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3 | grep '^flashcache_volume_dirty_bytes'")
+		if !strings.Contains(metrics, `volume="`+volumeName+`"`) {
+			t.Errorf("agent metrics lack the volume's dirty bytes:\n%s", metrics)
+		}
+		t.Logf("dirty: %s; metrics: %s", sh(t, "cat "+stateFile+"dirty_data"), metrics)
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("DrainWaitsUntilTheCacheIsClean", func(t *testing.T) {
+		// Watch bcache from the host's clock, as the drain's output is.
+		var mu sync.Mutex
+		var firstClean time.Time
+		sawDirty := false
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			for watchCtx.Err() == nil {
+				out, err := vm.Output(watchCtx, "cat "+stateFile+"state")
+				now := time.Now()
+				if err == nil {
+					mu.Lock()
+					switch strings.TrimSpace(out) {
+					case "dirty":
+						sawDirty = true
+					case "clean":
+						if firstClean.IsZero() {
+							firstClean = now
+						}
+					}
+					mu.Unlock()
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}()
+		lines := drain(t, ctx, c, dir)
+		stopWatch()
+		<-watched
+
+		var evicted time.Time
+		retries := 0
+		for _, l := range lines {
+			t.Logf("%s  %s", l.at.Format("15:04:05.000"), l.text)
+			if strings.Contains(l.text, "will retry") && strings.Contains(l.text, "flashcache volume "+volumeName) {
+				retries++
+			}
+			if strings.Contains(l.text, "pod/mysql-0 evicted") {
+				evicted = l.at
+			}
+		}
+		if retries == 0 {
+			t.Errorf("drain printed no 429 progress from the webhook")
+		}
+		if evicted.IsZero() {
+			t.Fatalf("drain never evicted mysql-0")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !sawDirty {
+			t.Errorf("bcache was never seen dirty during the drain: the test proved nothing")
+		}
+		// The watcher polls every 200 ms over SSH: it sees "clean" up to about a second late.
+		if firstClean.IsZero() || evicted.Before(firstClean.Add(-time.Second)) {
+			t.Errorf("evicted at %s, bcache first seen clean at %s: the eviction came before the flush finished",
+				evicted.Format("15:04:05.000"), firstClean.Format("15:04:05.000"))
+		}
+		t.Logf("%d 429 answers; clean at %s, evicted at %s", retries, firstClean.Format("15:04:05.000"), evicted.Format("15:04:05.000"))
+		if mode := sh(t, "cat "+stateFile+"cache_mode"); !strings.Contains(mode, "[writethrough]") {
+			t.Errorf("cache mode after drain: %s, want held in writethrough", mode)
+		}
+		// Every byte written through the cache is on the backing disk itself.
+		offset, err := strconv.ParseInt(sh(t, "bcache-super-show "+hdd.ByID()+" | awk '$1==\"dev.data.first_sector\" {print $2}'"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		onDisk := sh(t, fmt.Sprintf("dd if=%s bs=1M skip=%d count=%d iflag=direct,skip_bytes status=none | md5sum | cut -d' ' -f1",
+			hdd.ByID(), offset*512, dataSpan>>20))
+		if onDisk != checksum {
+			t.Errorf("backing disk past bcache's data offset: md5 %s, through the volume before the drain: %s", onDisk, checksum)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("UncordonRestoresWriteback", func(t *testing.T) {
+		if out, err := kubectl.Run("uncordon", nodeName); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		got := waitVolume(t, ctx, k8s, requestGrace+2*time.Minute, "writeback restored", func(f *fcv1.FlashCacheVolume) bool {
+			c := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionFlushing)
+			return f.Status.Device != nil && f.Status.Device.CacheMode == fcv1.CacheModeWriteback && c != nil && c.Status == metav1.ConditionFalse
+		})
+		if mode := sh(t, "cat "+stateFile+"cache_mode"); !strings.Contains(mode, "[writeback]") {
+			t.Errorf("kernel cache mode %s after uncordon, status says %s", mode, got.Status.Device.CacheMode)
+		}
+		eventually(t, ctx, 3*time.Minute, "mysql-0 running again on vm", func(ctx context.Context) (*corev1.Pod, bool, error) {
+			var pod corev1.Pod
+			if err := k8s.Get(ctx, types.NamespacedName{Namespace: "default", Name: "mysql-0"}, &pod); err != nil {
+				return nil, false, err
+			}
+			return &pod, pod.Status.Phase == corev1.PodRunning && pod.Spec.NodeName == nodeName, nil
+		})
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("DeletingTheVolumeTearsTheDeviceDown", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"delete", "statefulset", "mysql", "-n", "default", "--wait"},
+			{"delete", "pvc", "data-mysql-0", "-n", "default", "--wait=false"},
+			{"delete", "fcv", volumeName, "--wait=false"},
+		} {
+			if out, err := kubectl.Run(args...); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+		}
+		eventually(t, ctx, 5*time.Minute, "the FlashCacheVolume and its PersistentVolume gone", func(ctx context.Context) (string, bool, error) {
+			var f fcv1.FlashCacheVolume
+			err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f)
+			if err == nil {
+				r := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionReady)
+				return fmt.Sprintf("volume still there: %+v", r), false, nil
+			}
+			if !apierrors.IsNotFound(err) {
+				return "", false, err
+			}
+			var pv corev1.PersistentVolume
+			err = k8s.Get(ctx, types.NamespacedName{Name: "flashcache-" + volumeName}, &pv)
+			return "PersistentVolume still there", apierrors.IsNotFound(err), nil
+		})
+		if out := sh(t, "ls /dev/flashcache/ 2>/dev/null; ls /sys/fs/bcache/ | grep -c -- - || true"); strings.Contains(out, volumeName) || out != "0" {
+			t.Errorf("after teardown the node still has: %q", out)
+		}
+		if out := sh(t, "wipefs --no-act --output TYPE --noheadings "+hdd.ByID()+" || true"); strings.Contains(out, "bcache") {
+			t.Errorf("the backing disk still carries a bcache signature: %q", out)
+		}
+	})
+}
+
+// mysqlStatefulSet stands for MySQL: kwok runs no containers, so only its shape matters.
+const mysqlStatefulSet = `apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: mysql
+  namespace: default
+spec:
+  replicas: 1
+  serviceName: mysql
+  selector:
+    matchLabels: {app: mysql}
+  template:
+    metadata:
+      labels: {app: mysql}
+    spec:
+      containers:
+      - name: mysql
+        image: registry.invalid/mysql:8.4
+        volumeMounts:
+        - name: data
+          mountPath: /var/lib/mysql
+  volumeClaimTemplates:
+  - metadata:
+      name: data
+    spec:
+      accessModes: [ReadWriteOnce]
+      storageClassName: STORAGECLASS
+      resources:
+        requests:
+          storage: SIZE
+`
+
+// grant binds the shipped ClusterRole of a component to a user of that name.
+func grant(t *testing.T, ctx context.Context, k8s client.Client, component, user string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "rbac", component, "role.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(raw, &role); err != nil {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
+	for _, o := range []client.Object{&role, binding} {
+		if err := k8s.Create(ctx, o); err != nil {
+			t.Fatalf("%s RBAC: %v", component, err)
+		}
+	}
+}
+
+// startOperator installs the shipped webhook configuration, pointed at a port on this host, and
+// runs the operator with self-managed certificates; it returns once the CA is injected.
+func startOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, k8s client.Client, binary, dir string) int {
+	t.Helper()
+	port := freePort(t)
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flashcache-system"}}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "webhook", "eviction.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config admissionv1.ValidatingWebhookConfiguration
+	if err := yaml.Unmarshal(raw, &config); err != nil {
+		t.Fatal(err)
+	}
+	url := fmt.Sprintf("https://localhost:%d/validate-eviction", port)
+	for i := range config.Webhooks {
+		config.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url}
+	}
+	if err := k8s.Create(ctx, &config); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := c.HostKubeconfig(envtest.User{Name: "flashcache-operator"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "operator-kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(dir, "operator.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opCtx, stop := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(opCtx, binary, "operator", "--kubeconfig", path,
+		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
+		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", "flashcache-system",
+		"--webhook-dns-name", "localhost", "--webhook-cert-dir", filepath.Join(dir, "webhook-certs"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stop()
+		_ = cmd.Wait()
+		_ = logFile.Close()
+		if t.Failed() {
+			if out, err := exec.Command("tail", "-n", "40", logPath).Output(); err == nil {
+				t.Logf("operator log (tail):\n%s", out)
+			}
+		}
+	})
+	eventually(t, ctx, 2*time.Minute, "the webhook's CA injected by the operator", func(ctx context.Context) (string, bool, error) {
+		var got admissionv1.ValidatingWebhookConfiguration
+		if err := k8s.Get(ctx, types.NamespacedName{Name: config.Name}, &got); err != nil {
+			return "", false, err
+		}
+		return "no caBundle yet", len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
+	})
+	return port
+}
+
+type drainLine struct {
+	at   time.Time
+	text string
+}
+
+// drain runs kubectl drain on the node and returns its output lines with the time each arrived.
+func drain(t *testing.T, ctx context.Context, c *cluster.Cluster, dir string) []drainLine {
+	t.Helper()
+	kubeconfig, err := c.HostKubeconfig(envtest.User{Name: "admin-drain", Groups: []string{"system:masters"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "drain-kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	drainCtx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(drainCtx, filepath.Join(c.Assets, "kubectl"), "--kubeconfig", path,
+		"drain", nodeName, "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=8m")
+	r, w := io.Pipe()
+	cmd.Stdout, cmd.Stderr = w, w
+	var lines []drainLine
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			lines = append(lines, drainLine{time.Now(), sc.Text()})
+		}
+	}()
+	err = cmd.Run()
+	_ = w.Close()
+	<-done
+	if err != nil {
+		var all []string
+		for _, l := range lines {
+			all = append(all, l.text)
+		}
+		t.Fatalf("kubectl drain: %v\n%s", err, strings.Join(all, "\n"))
+	}
+	return lines
+}
+
+func apply(t *testing.T, kubectl *testenv.Kubectl, dir, name, doc string) {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl.Run("apply", "-f", path); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func waitVolume(t *testing.T, ctx context.Context, k8s client.Client, timeout time.Duration, what string, ok func(*fcv1.FlashCacheVolume) bool) *fcv1.FlashCacheVolume {
+	t.Helper()
+	return eventually(t, ctx, timeout, what, func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
+		var f fcv1.FlashCacheVolume
+		if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
+			return nil, false, err
+		}
+		return &f, ok(&f), nil
+	})
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
