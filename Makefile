@@ -52,7 +52,7 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-vm test-durability test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-vm test-durability test-e2e test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
 lint: ## gofmt and go vet (with the envtest, vm and e2e files).

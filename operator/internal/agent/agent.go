@@ -30,6 +30,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
 // FieldManager is the agent's server-side apply identity; the operator uses its own.
@@ -161,7 +162,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		if !before.Held {
 			log.Info("flushing and holding in writethrough", "why", why, "dirty", before.DirtyBytes)
 			r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushStarted", "Flush",
-				"flushing %s to the backing disk and holding writethrough: %s", human(before.DirtyBytes), why)
+				"flushing %s to the backing disk and holding writethrough: %s", units.Bytes(before.DirtyBytes), why)
 		}
 		if err := r.flush(ctx, fcv, v, st); err != nil {
 			return nil, err

@@ -16,6 +16,7 @@ import (
 	fcv1ac "github.com/flashcache/flashcache/operator/internal/applyconfiguration/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/safety"
+	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
 // report is every status field the agent owns. Server-side apply drops the fields a manager
@@ -97,7 +98,7 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 			"the cache is clean and the volume is held in writethrough; evictions pass")
 	case s.Held:
 		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushInProgress,
-			fmt.Sprintf("flushing: %s dirty", human(s.DirtyBytes)))
+			fmt.Sprintf("flushing: %s dirty", units.Bytes(s.DirtyBytes)))
 	default:
 		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested,
 			"no drain or eviction is waiting for this volume")
@@ -165,23 +166,9 @@ func (r *Reconciler) applyStatus(ctx context.Context, fcv *fcv1.FlashCacheVolume
 
 // progressMessage is what kubectl drain prints while it waits: dirty bytes, rate and time left.
 func progressMessage(p engine.FlushProgress) string {
-	msg := fmt.Sprintf("flushing %s to the backing disk", human(p.DirtyBytes))
+	msg := fmt.Sprintf("flushing %s to the backing disk", units.Bytes(p.DirtyBytes))
 	if p.BytesPerSecond > 0 {
-		msg += fmt.Sprintf(" at %s/s, ~%s left", human(int64(p.BytesPerSecond)), p.ETA.Round(time.Second))
+		msg += fmt.Sprintf(" at %s/s, ~%s left", units.Bytes(int64(p.BytesPerSecond)), p.ETA.Round(time.Second))
 	}
 	return msg
-}
-
-// human prints bytes the way bcache and kubectl users read them.
-func human(b int64) string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", b)
-	}
-	div, exp := int64(unit), 0
-	for n := b / unit; n >= unit; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }

@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -107,6 +109,14 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 		}
 		if server, certs, err = webhook.NewServer(opts.webhook, direct); err != nil {
 			return err
+		}
+		if certs != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err := webhook.EnsureSecret(ctx, direct, opts.webhook.Secret)
+			cancel()
+			if err != nil {
+				return err
+			}
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
 // Path is where the webhook server serves the eviction check.
@@ -161,7 +162,7 @@ func Evictable(fcv *fcv1.FlashCacheVolume) (bool, string) {
 	case flushing != nil && flushing.Status == metav1.ConditionTrue:
 		return false, fmt.Sprintf("%s: %s", prefix, flushing.Message)
 	case fcv.Status.DirtyData != nil:
-		return false, fmt.Sprintf("%s: waiting for the node agent to flush %s and hold writethrough", prefix, fcv.Status.DirtyData.String())
+		return false, fmt.Sprintf("%s: waiting for the node agent to flush %s and hold writethrough", prefix, units.Bytes(fcv.Status.DirtyData.Value()))
 	}
 	return false, fmt.Sprintf("%s: waiting for the node agent to flush and hold writethrough", prefix)
 }

@@ -187,7 +187,7 @@ func TestEvictionOfAPodOnADirtyWritebackVolumeGets429AndRequestsAFlush(t *testin
 	if !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("eviction: %v, want 429 Too Many Requests", err)
 	}
-	if !strings.Contains(err.Error(), "flashcache volume "+fcv.Name) || !strings.Contains(err.Error(), "3Mi") {
+	if !strings.Contains(err.Error(), "flashcache volume "+fcv.Name) || !strings.Contains(err.Error(), "3.0 MiB") {
 		t.Errorf("the message should say which volume waits and how much is dirty: %v", err)
 	}
 	var got fcv1.FlashCacheVolume

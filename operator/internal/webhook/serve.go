@@ -12,6 +12,8 @@ import (
 
 	"github.com/open-policy-agent/cert-controller/pkg/rotator"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -172,3 +174,14 @@ func (s *SecretCertificate) Start(ctx context.Context) error {
 
 // NeedLeaderElection: every replica serves.
 func (s *SecretCertificate) NeedLeaderElection() bool { return false }
+
+// EnsureSecret creates the empty Secret the rotator fills, when the installation did not: the
+// rotator only updates one that exists.
+func EnsureSecret(ctx context.Context, c client.Client, key types.NamespacedName) error {
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace,
+		Labels: map[string]string{"app.kubernetes.io/name": "flashcache", "app.kubernetes.io/component": "webhook"}}}
+	if err := c.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating webhook certificate secret %s: %w", key, err)
+	}
+	return nil
+}
