@@ -15,7 +15,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -111,14 +110,5 @@ func runAgent(opts agentOptions) error {
 	if err := mgr.Add(r); err != nil {
 		return fmt.Errorf("adding the start-up pass: %w", err)
 	}
-	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
-		return fmt.Errorf("adding health check: %w", err)
-	}
-	if err := mgr.AddReadyzCheck("volumes", r.Ready); err != nil {
-		return fmt.Errorf("adding readiness check: %w", err)
-	}
-	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
-		return fmt.Errorf("running manager: %w", err)
-	}
-	return nil
+	return runManager(mgr, r.Ready)
 }

@@ -147,10 +147,16 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 			return fmt.Errorf("setting up the eviction webhook: %w", err)
 		}
 	}
+	return runManager(mgr, healthz.Ping)
+}
+
+// runManager adds the probes (/healthz: the process answers; /readyz: ready) and runs the
+// manager until SIGTERM.
+func runManager(mgr ctrl.Manager, ready healthz.Checker) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {

@@ -67,21 +67,7 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	// calls Unsafe.
 	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing", Size: 2 << 30, Cache: vmharness.CacheVolatileHonest}
 
-	var vm *vmharness.VM
-	var bootErr error
-	booted := make(chan struct{})
-	go func() {
-		defer close(booted)
-		vm, bootErr = vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: filepath.Join(dir, "vm"), Logf: t.Logf,
-			Disks: []vmharness.Disk{nvme, hdd}})
-	}()
-	t.Cleanup(func() {
-		<-booted
-		if vm != nil {
-			vm.Close()
-		}
-	})
-	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd}})
 	kubectl, err := c.Kubectl()
 	if err != nil {
 		t.Fatal(err)
@@ -99,13 +85,6 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	grant(t, ctx, k8s, "operator", "flashcache-operator")
 	webhookPort := startOperator(t, ctx, c, k8s, binary, dir)
 
-	<-booted
-	if bootErr != nil {
-		t.Fatal(bootErr)
-	}
-	// Power the node off before the control plane stops: an agent still watching keeps
-	// kube-apiserver from stopping in time.
-	t.Cleanup(vm.Close)
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
 		t.Fatal(err)
