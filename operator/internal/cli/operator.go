@@ -80,9 +80,7 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(fcv1.AddToScheme(scheme))
+	scheme := newScheme()
 
 	cacheOpts, err := controller.CacheOptions()
 	if err != nil {
@@ -163,6 +161,14 @@ func runManager(mgr ctrl.Manager, ready healthz.Checker) error {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// newScheme knows Kubernetes' own types and FlashCacheVolumes.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fcv1.AddToScheme(scheme))
+	return scheme
 }
 
 // restConfig reads the named kubeconfig, or falls back to $KUBECONFIG and the in-cluster config.
