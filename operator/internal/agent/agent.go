@@ -134,8 +134,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return r.failed(ctx, &fcv, st, "apply", err)
 	}
-	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
 	st.fromResult(res, fcv.Generation)
+	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
 	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
 		return ctrl.Result{}, err
 	}
