@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/units"
 )
@@ -133,8 +134,8 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err != nil {
 		return r.failed(ctx, &fcv, st, "apply", err)
 	}
-	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
 	st.fromResult(res, fcv.Generation)
+	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
 	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -303,8 +304,13 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 	}
 	defer unlock()
 	st := newReport(fcv, r.now())
-	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return r.failed(ctx, fcv, st, "teardown", err)
+	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil {
+		// A volume whose device was never built (its disk was never there) has nothing to tear
+		// down. One that was built and lost a disk stays: its data may be on the missing disk,
+		// and only a person can say it may go (deletionPolicy Orphan).
+		if !errors.Is(err, blockdev.ErrNotFound) || provisioned.Status == metav1.ConditionTrue || fcv.Status.Device != nil {
+			return r.failed(ctx, fcv, st, "teardown", err)
+		}
 	}
 	logf.FromContext(ctx).Info("tore the device down")
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
@@ -324,7 +330,7 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	switch {
 	case errors.As(err, &refusal):
 		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
-	case errors.Is(err, os.ErrNotExist):
+	case errors.Is(err, blockdev.ErrNotFound) || errors.Is(err, os.ErrNotExist):
 		reason, result, ret = fcv1.ReasonDeviceMissing, ctrl.Result{RequeueAfter: retryRefused}, nil
 	}
 	logf.FromContext(ctx).Error(err, "engine run failed", "operation", op, "reason", reason)

@@ -80,9 +80,7 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 	if err != nil {
 		return err
 	}
-	scheme := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-	utilruntime.Must(fcv1.AddToScheme(scheme))
+	scheme := newScheme()
 
 	cacheOpts, err := controller.CacheOptions()
 	if err != nil {
@@ -147,16 +145,30 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 			return fmt.Errorf("setting up the eviction webhook: %w", err)
 		}
 	}
+	return runManager(mgr, healthz.Ping)
+}
+
+// runManager adds the probes (/healthz: the process answers; /readyz: ready) and runs the
+// manager until SIGTERM.
+func runManager(mgr ctrl.Manager, ready healthz.Checker) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", ready); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
 		return fmt.Errorf("running manager: %w", err)
 	}
 	return nil
+}
+
+// newScheme knows Kubernetes' own types and FlashCacheVolumes.
+func newScheme() *runtime.Scheme {
+	scheme := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(fcv1.AddToScheme(scheme))
+	return scheme
 }
 
 // restConfig reads the named kubeconfig, or falls back to $KUBECONFIG and the in-cluster config.

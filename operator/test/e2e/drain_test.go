@@ -67,21 +67,7 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	// calls Unsafe.
 	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing", Size: 2 << 30, Cache: vmharness.CacheVolatileHonest}
 
-	var vm *vmharness.VM
-	var bootErr error
-	booted := make(chan struct{})
-	go func() {
-		defer close(booted)
-		vm, bootErr = vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: filepath.Join(dir, "vm"), Logf: t.Logf,
-			Disks: []vmharness.Disk{nvme, hdd}})
-	}()
-	t.Cleanup(func() {
-		<-booted
-		if vm != nil {
-			vm.Close()
-		}
-	})
-	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd}})
 	kubectl, err := c.Kubectl()
 	if err != nil {
 		t.Fatal(err)
@@ -99,13 +85,6 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	grant(t, ctx, k8s, "operator", "flashcache-operator")
 	webhookPort := startOperator(t, ctx, c, k8s, binary, dir)
 
-	<-booted
-	if bootErr != nil {
-		t.Fatal(bootErr)
-	}
-	// Power the node off before the control plane stops: an agent still watching keeps
-	// kube-apiserver from stopping in time.
-	t.Cleanup(vm.Close)
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
 		t.Fatal(err)
@@ -215,7 +194,7 @@ spec:
 	}
 
 	stateFile := "/sys/block/$(basename $(readlink -f /dev/flashcache/" + volumeName + "))/bcache/"
-	var checksum string
+	var checksum, checksum2 string
 	t.Run("DirtyDataOnTheCache", func(t *testing.T) {
 		// Random 4 KiB writes: on a 150 IOPS disk their writeback takes tens of seconds.
 		sh(t, fmt.Sprintf("fio --name=dirty --filename=/dev/flashcache/%s --rw=randwrite --bs=4k --size=%d --io_size=24M "+
@@ -344,6 +323,7 @@ spec:
 		if state := sh(t, "cat "+stateFile+"state"); state != "dirty" {
 			t.Fatalf("bcache state %q after writing, want dirty", state)
 		}
+		checksum2 = sh(t, fmt.Sprintf("dd if=/dev/flashcache/%s bs=1M count=%d iflag=direct status=none | md5sum | cut -d' ' -f1", volumeName, dataSpan>>20))
 		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "mysql-0", Namespace: "default"}}
 		refused := 0
 		eventually(t, ctx, 5*time.Minute, "the eviction admitted", func(ctx context.Context) (string, bool, error) {
@@ -365,6 +345,53 @@ spec:
 			t.Errorf("the node should have stayed schedulable: %v", err)
 		}
 		t.Logf("eviction refused %d times, then admitted with the cache clean", refused)
+	})
+
+	t.Run("AfterARebootTheAgentRegistersTheDeviceAgain", func(t *testing.T) {
+		before := sh(t, "readlink -f /dev/flashcache/"+volumeName)
+		if err := vm.Reboot(ctx); err != nil {
+			t.Fatal(err)
+		}
+		startAgent(t)
+		eventually(t, ctx, 3*time.Minute, "the stable link back and the agent ready", func(ctx context.Context) (string, bool, error) {
+			out, _ := vm.Output(ctx, "readlink -f /dev/flashcache/"+volumeName+"; "+
+				"exec 3<>/dev/tcp/127.0.0.1/8091 && printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' >&3 && head -n1 <&3")
+			return out, strings.Contains(out, "/dev/bcache") && strings.Contains(out, " 200 "), nil
+		})
+		got := waitVolume(t, ctx, k8s, time.Minute, "Ready after the reboot", func(f *fcv1.FlashCacheVolume) bool {
+			p := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionProvisioned)
+			return f.Status.Phase == fcv1.PhaseReady && p != nil && p.Status == metav1.ConditionTrue
+		})
+		sum := sh(t, fmt.Sprintf("dd if=/dev/flashcache/%s bs=1M count=%d iflag=direct status=none | md5sum | cut -d' ' -f1", volumeName, dataSpan>>20))
+		if sum != checksum2 {
+			t.Errorf("after the reboot the volume reads md5 %s, before it %s", sum, checksum2)
+		}
+		t.Logf("device %s before the reboot, %s after; backing uuid %s", before, got.Status.Device.Name, got.Status.Device.BackingUUID)
+	})
+
+	t.Run("AMissingDiskIsAConditionNotACrash", func(t *testing.T) {
+		apply(t, kubectl, dir, "ghost.yaml", fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: ghost}
+spec:
+  nodeName: %s
+  cacheDevice: {path: /dev/disk/by-id/nvme-not-in-this-node}
+  backingDevice: {path: /dev/disk/by-id/ata-not-in-this-node}
+`, nodeName))
+		eventually(t, ctx, 2*time.Minute, "ghost: Provisioned=False, DeviceMissing", func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
+			var f fcv1.FlashCacheVolume
+			if err := k8s.Get(ctx, types.NamespacedName{Name: "ghost"}, &f); err != nil {
+				return nil, false, err
+			}
+			p := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionProvisioned)
+			return &f, p != nil && p.Reason == fcv1.ReasonDeviceMissing && strings.Contains(p.Message, "nvme-not-in-this-node"), nil
+		})
+		if out := sh(t, "pgrep -x flashcache | wc -l"); out != "1" {
+			t.Errorf("the agent should still run, once: %s processes", out)
+		}
+		if out, err := kubectl.Run("delete", "fcv", "ghost", "--timeout=2m"); err != nil {
+			t.Fatalf("a volume that was never built must go away when deleted: %v\n%s", err, out)
+		}
 	})
 
 	t.Run("DeletingTheVolumeTearsTheDeviceDown", func(t *testing.T) {

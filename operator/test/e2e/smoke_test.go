@@ -99,29 +99,10 @@ func TestSmoke(t *testing.T) {
 	start := time.Now()
 	dir := cluster.TestDir(t)
 
-	// The guest boots while the control plane starts: each takes tens of seconds.
-	var vm *vmharness.VM
-	var bootErr error
-	booted := make(chan struct{})
-	go func() {
-		defer close(booted)
-		vm, bootErr = vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: filepath.Join(dir, "vm"), Logf: t.Logf})
-	}()
-	t.Cleanup(func() {
-		<-booted
-		if vm != nil {
-			vm.Close()
-		}
-	})
-
-	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image})
 	kubectl, err := c.Kubectl()
 	if err != nil {
 		t.Fatal(err)
-	}
-	<-booted
-	if bootErr != nil {
-		t.Fatal(bootErr)
 	}
 	t.Logf("cluster and guest up after %s; guest by hand: %s", since(start), strings.Join(vm.SSHCommand(), " "))
 
@@ -267,6 +248,34 @@ func TestSmoke(t *testing.T) {
 		})
 	})
 	t.Logf("smoke test done in %s", since(start))
+}
+
+// clusterAndGuest starts the control plane and boots the guest side by side (each takes tens
+// of seconds). The guest powers off before the control plane stops: an agent still watching
+// keeps kube-apiserver from stopping in time.
+func clusterAndGuest(t *testing.T, ctx context.Context, dir string, opts vmharness.Options) (*vmharness.VM, *cluster.Cluster) {
+	t.Helper()
+	var vm *vmharness.VM
+	var bootErr error
+	booted := make(chan struct{})
+	opts.WorkDir, opts.Logf = filepath.Join(dir, "vm"), t.Logf
+	go func() {
+		defer close(booted)
+		vm, bootErr = vmharness.Boot(ctx, opts)
+	}()
+	t.Cleanup(func() {
+		<-booted
+		if vm != nil {
+			vm.Close()
+		}
+	})
+	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	<-booted
+	if bootErr != nil {
+		t.Fatal(bootErr)
+	}
+	t.Cleanup(vm.Close)
+	return vm, c
 }
 
 // guest runs cmd in the guest and returns its trimmed stdout; a failure fails t.
