@@ -192,8 +192,11 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 				"bcache device %s ready at %s (%d steps)", res.Status.Device, res.Status.StablePath, len(res.Steps))
 		}
 	}
-	for _, w := range res.Warnings {
-		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "Warning", "Apply", "%s", w)
+	if res.Changed {
+		// Said once when the host changed, not on every refresh: the conditions keep saying it.
+		for _, w := range res.Warnings {
+			r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "Warning", "Apply", "%s", w)
+		}
 	}
 	if why == "" && writeback && !res.Status.Held {
 		pass, err := r.flushPeriodPass(ctx, fcv, v, res.Status)

@@ -116,7 +116,10 @@ func (s *SecretCertificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certifica
 	if s.cert != nil && time.Since(s.read) < certificateRefresh {
 		return s.cert, nil
 	}
-	if err := s.refresh(context.Background()); err != nil && s.cert == nil {
+	// A TLS handshake waits on this read: bound it, and keep serving the last certificate.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.refresh(ctx); err != nil && s.cert == nil {
 		return nil, err
 	}
 	return s.cert, nil
