@@ -94,8 +94,9 @@ func Register(mgr ctrl.Manager, opts Options, source *SecretCertificate) error {
 	})
 }
 
-// SecretCertificate serves the certificate the rotator keeps in a Secret, reading it again at
-// most every refresh, and mirrors it into MirrorDir, where the rotator checks that it arrived.
+// SecretCertificate serves the certificate the rotator keeps in a Secret, and mirrors it into
+// MirrorDir, where the rotator checks that it arrived. Start keeps both current, so a TLS
+// handshake never waits on the API server.
 type SecretCertificate struct {
 	Reader    client.Reader
 	Secret    types.NamespacedName
@@ -104,7 +105,6 @@ type SecretCertificate struct {
 	mu      sync.Mutex
 	cert    *tls.Certificate
 	version string
-	read    time.Time
 }
 
 const certificateRefresh = 30 * time.Second
@@ -113,14 +113,8 @@ const certificateRefresh = 30 * time.Second
 func (s *SecretCertificate) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cert != nil && time.Since(s.read) < certificateRefresh {
-		return s.cert, nil
-	}
-	// A TLS handshake waits on this read: bound it, and keep serving the last certificate.
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := s.refresh(ctx); err != nil && s.cert == nil {
-		return nil, err
+	if s.cert == nil {
+		return nil, fmt.Errorf("the webhook certificate in %s has not been read yet", s.Secret)
 	}
 	return s.cert, nil
 }
@@ -130,7 +124,6 @@ func (s *SecretCertificate) refresh(ctx context.Context) error {
 	if err := s.Reader.Get(ctx, s.Secret, &secret); err != nil {
 		return fmt.Errorf("reading webhook certificate secret %s: %w", s.Secret, err)
 	}
-	s.read = time.Now()
 	if secret.ResourceVersion == s.version && s.cert != nil {
 		return nil
 	}
@@ -156,8 +149,9 @@ func (s *SecretCertificate) refresh(ctx context.Context) error {
 	return nil
 }
 
-// Start keeps the mirror current from the start, before any client connects: the rotator
-// fails if the files do not appear within minutes.
+// Start reads the certificate at once and then every certificateRefresh (every second until it
+// exists), keeping the served certificate and the mirror current: the rotator fails if the files
+// do not appear within minutes.
 func (s *SecretCertificate) Start(ctx context.Context) error {
 	for {
 		s.mu.Lock()
