@@ -157,7 +157,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		return nil, err
 	}
 	running := before.Device != ""
-	writeback := fcv.Spec.Mode == "" || fcv.Spec.Mode == fcv1.CacheModeWriteback
+	writeback := v.Mode() == fcv1.CacheModeWriteback
 
 	if why != "" && writeback && running && (!before.Held || before.DirtyBytes > 0) {
 		if !before.Held {

@@ -60,7 +60,7 @@ type Result struct {
 func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
 	res := &Result{Steps: []Step{}}
 	want.Hold = want.Hold || e.held(v)
-	wantsWriteback := modeOf(v) == fcv1.CacheModeWriteback
+	wantsWriteback := v.Mode() == fcv1.CacheModeWriteback
 	check := e.lastCheck(v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
 	o, err := e.converge(ctx, v, want, res)

@@ -158,8 +158,8 @@ func ours(v Volume, o *Observation) (cache, backing bool) {
 	return cache, backing
 }
 
-// modeOf is the spec's cache mode, defaulted as the CRD does.
-func modeOf(v Volume) fcv1.CacheMode {
+// Mode is the spec's cache mode, defaulted as the CRD does.
+func (v Volume) Mode() fcv1.CacheMode {
 	if v.Spec.Mode == "" {
 		return fcv1.CacheModeWriteback
 	}

@@ -319,7 +319,7 @@ type tunable struct {
 
 // tunables are the backing device's knobs as the spec wants them.
 func tunables(v Volume, want Desired) []tunable {
-	mode := string(modeOf(v))
+	mode := string(v.Mode())
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}

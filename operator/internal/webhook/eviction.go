@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
@@ -132,7 +133,7 @@ func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([
 // needsFlush: a writeback volume, or one whose device still runs in writeback, may hold data
 // that is on the cache device only.
 func needsFlush(fcv *fcv1.FlashCacheVolume) bool {
-	if fcv.Spec.Mode == fcv1.CacheModeWriteback || fcv.Spec.Mode == "" {
+	if (engine.Volume{Name: fcv.Name, Spec: fcv.Spec}).Mode() == fcv1.CacheModeWriteback {
 		return true
 	}
 	if d := fcv.Status.Device; d != nil && d.CacheMode == fcv1.CacheModeWriteback {
