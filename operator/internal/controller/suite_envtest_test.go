@@ -20,6 +20,7 @@ import (
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -226,18 +227,22 @@ func waitGone(t *testing.T, what string, obj client.Object) {
 // does not run.
 func setPhase(t *testing.T, pvName string, claim *corev1.ObjectReference, phase corev1.PersistentVolumePhase) {
 	t.Helper()
-	pv, err := getPV(pvName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if claim != nil {
-		pv.Spec.ClaimRef = claim
-		if err := k8s.Update(context.Background(), pv); err != nil {
-			t.Fatal(err)
+	// The operator may write the PersistentVolume at the same moment: retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pv, err := getPV(pvName)
+		if err != nil {
+			return err
 		}
-	}
-	pv.Status.Phase = phase
-	if err := k8s.Status().Update(context.Background(), pv); err != nil {
+		if claim != nil {
+			pv.Spec.ClaimRef = claim
+			if err := k8s.Update(context.Background(), pv); err != nil {
+				return err
+			}
+		}
+		pv.Status.Phase = phase
+		return k8s.Status().Update(context.Background(), pv)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -210,16 +211,20 @@ func TestEvictionWaitsWithTheAgentsProgressAndPassesOnceHeldClean(t *testing.T) 
 	}
 
 	// The agent is done: clean, writethrough, held.
-	var got fcv1.FlashCacheVolume
-	if err := k8s.Get(context.Background(), types.NamespacedName{Name: fcv.Name}, &got); err != nil {
-		t.Fatal(err)
-	}
-	zero := resource.MustParse("0")
-	got.Status.DirtyData = &zero
-	got.Status.Device.CacheMode, got.Status.Device.State = fcv1.CacheModeWritethrough, "clean"
-	got.Status.Conditions = []metav1.Condition{{Type: fcv1.ConditionFlushing, Status: metav1.ConditionTrue, Reason: fcv1.ReasonHeldClean,
-		Message: "clean and held", LastTransitionTime: metav1.Now()}}
-	if err := k8s.Status().Update(context.Background(), &got); err != nil {
+	// The webhook's flush stamp races this update, as it would race the agent's: retry on conflict.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var got fcv1.FlashCacheVolume
+		if err := k8s.Get(context.Background(), types.NamespacedName{Name: fcv.Name}, &got); err != nil {
+			return err
+		}
+		zero := resource.MustParse("0")
+		got.Status.DirtyData = &zero
+		got.Status.Device.CacheMode, got.Status.Device.State = fcv1.CacheModeWritethrough, "clean"
+		got.Status.Conditions = []metav1.Condition{{Type: fcv1.ConditionFlushing, Status: metav1.ConditionTrue, Reason: fcv1.ReasonHeldClean,
+			Message: "clean and held", LastTransitionTime: metav1.Now()}}
+		return k8s.Status().Update(context.Background(), &got)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the cache to see the volume held clean", func() bool {
