@@ -20,7 +20,9 @@ CONTROLLER_GEN_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '
 CONTROLLER_GEN := $(FLASHCACHE_CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # Paths that `make generate` owns; `make verify-generated` fails when they are stale.
-GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac
+CHART := charts/flashcache
+GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac \
+	$(CHART)/crds $(CHART)/files/rbac deploy
 
 .PHONY: help
 help: ## List the targets.
@@ -37,13 +39,17 @@ $(CONTROLLER_GEN):
 	cd hack/tools && go build -mod=readonly -o $@.tmp sigs.k8s.io/controller-tools/cmd/controller-gen && mv $@.tmp $@
 
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types.
+generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types; copy them into the chart; render deploy/.
 	cd operator && $(CONTROLLER_GEN) object paths=./api/...
 	cd operator && $(CONTROLLER_GEN) applyconfiguration paths=./api/...
 	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp operator/config/crd/bases/*.yaml crds/
-	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths="./internal/controller/...;./internal/webhook/..." output:rbac:artifacts:config=config/rbac/operator
+	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths="./internal/controller/...;./internal/webhook/...;./internal/cli/..." output:rbac:artifacts:config=config/rbac/operator
 	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
+	cp crds/*.yaml $(CHART)/crds/
+	cp operator/config/rbac/operator/role.yaml $(CHART)/files/rbac/operator.yaml
+	cp operator/config/rbac/agent/role.yaml $(CHART)/files/rbac/agent.yaml
+	hack/render-manifests.sh > deploy/flashcache.yaml
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print their folder (KUBEBUILDER_ASSETS).
@@ -52,13 +58,13 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-vm test-durability test-e2e test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-e2e test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
-lint: ## gofmt and go vet (with the envtest, vm and e2e files).
+lint: ## gofmt and go vet (with the envtest, vm, e2e and helm files).
 	@unformatted=$$(cd operator && gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	cd operator && go vet ./... && go vet -tags envtest ./... && go vet -tags vm ./... && go vet -tags e2e ./...
+	cd operator && go vet ./... && go vet -tags envtest ./... && go vet -tags vm ./... && go vet -tags e2e ./... && go vet -tags helm ./...
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
@@ -116,6 +122,13 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 	$(MAKE) --no-print-directory build; \
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
 		go test -tags e2e -count=1 -p 1 -v -timeout 40m ./test/e2e/...
+
+##@ Packaging
+
+.PHONY: test-helm
+test-helm: ## helm lint; render, dry-run, install, upgrade and uninstall the chart on a real control plane.
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS) helm); \
+	cd operator && KUBEBUILDER_ASSETS=$$assets go test -tags helm -count=1 -v -timeout 20m ./test/helm/
 
 ##@ Use
 

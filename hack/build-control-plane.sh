@@ -1,27 +1,27 @@
 #!/usr/bin/env bash
 # Build real Kubernetes control-plane binaries (etcd, kube-apiserver, kubectl,
-# optionally kube-controller-manager, kube-scheduler and kwok, the fake kubelet
-# of the end-to-end tests) from the Go module proxy into a cache folder usable
+# optionally kube-controller-manager, kube-scheduler, kwok, the fake kubelet
+# of the end-to-end tests, and helm for the chart's tests) from the Go module proxy into a cache folder usable
 # as KUBEBUILDER_ASSETS for envtest.
 #
 # Usage: hack/build-control-plane.sh [component...]
-#   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok
+#   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm
 #   default:    etcd kube-apiserver kubectl
 #
 #   KUBEBUILDER_ASSETS="$(hack/build-control-plane.sh)"
 #
 # Versions are pinned only in the wrapper modules hack/control-plane/kubernetes,
-# hack/control-plane/etcd and hack/control-plane/kwok (go.mod + go.sum, built
-# with -mod=readonly).
+# hack/control-plane/etcd, hack/control-plane/kwok and hack/control-plane/helm
+# (go.mod + go.sum, built with -mod=readonly).
 # Cache: ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/control-plane/
 #        <k8s version>-etcd-<etcd version>-go<go version>/
-# Only missing binaries are built. kwok's version is not in the folder name (so
-# adding it did not orphan existing caches); a kwok binary that reports another
-# version than the pinned one counts as missing. Progress goes to stderr; the only line on
+# Only missing binaries are built. kwok's and helm's versions are not in the folder
+# name (so adding them did not orphan existing caches); a kwok or helm binary that
+# reports another version than the pinned one counts as missing. Progress goes to stderr; the only line on
 # stdout is the absolute path of the folder holding the binaries.
 set -euo pipefail
 
-readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok)
+readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm)
 readonly DEFAULT_COMPONENTS=(etcd kube-apiserver kubectl)
 
 log() { printf 'build-control-plane: %s\n' "$*" >&2; }
@@ -47,7 +47,7 @@ for c in "${components[@]}"; do
 		usage
 		exit 0
 		;;
-	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kwok) ;;
+	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kwok | helm) ;;
 	*)
 		usage
 		die "unknown component: $c"
@@ -61,6 +61,7 @@ repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 readonly k8s_mod="$repo_root/hack/control-plane/kubernetes"
 readonly etcd_mod="$repo_root/hack/control-plane/etcd"
 readonly kwok_mod="$repo_root/hack/control-plane/kwok"
+readonly helm_mod="$repo_root/hack/control-plane/helm"
 
 # The wrapper modules must be built on their own, never as part of a workspace.
 export GOWORK=off
@@ -75,10 +76,11 @@ modfield() { # dir module template
 k8s_version="$(modfield "$k8s_mod" k8s.io/kubernetes '{{.Version}}')"
 etcd_version="$(modfield "$etcd_mod" go.etcd.io/etcd/server/v3 '{{.Version}}')"
 kwok_version="$(modfield "$kwok_mod" sigs.k8s.io/kwok '{{.Version}}')"
+helm_version="$(modfield "$helm_mod" helm.sh/helm/v4 '{{.Version}}')"
 go_version="$(cd "$k8s_mod" && go env GOVERSION)"
 go_version="${go_version#go}"
-[[ -n "$k8s_version" && -n "$etcd_version" && -n "$kwok_version" && -n "$go_version" ]] ||
-	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' kwok='$kwok_version' go='$go_version')"
+[[ -n "$k8s_version" && -n "$etcd_version" && -n "$kwok_version" && -n "$helm_version" && -n "$go_version" ]] ||
+	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' kwok='$kwok_version' helm='$helm_version' go='$go_version')"
 
 cache_root="${FLASHCACHE_CACHE:-${HOME:?HOME is not set}/.cache/flashcache}"
 out_dir="$cache_root/control-plane/${k8s_version}-etcd-${etcd_version}-go${go_version}"
@@ -89,9 +91,10 @@ out_dir="$(cd "$out_dir" && pwd -P)"
 # not carry), is the pinned version. kwok prints "kwok version v0.8.0 go1.26.8 ...".
 present() { # component
 	[[ -x "$out_dir/$1" ]] || return 1
-	if [[ $1 == kwok ]]; then
-		[[ "$("$out_dir/kwok" --version 2>/dev/null)" == "kwok version $kwok_version "* ]] || return 1
-	fi
+	case $1 in
+	kwok) [[ "$("$out_dir/kwok" --version 2>/dev/null)" == "kwok version $kwok_version "* ]] || return 1 ;;
+	helm) [[ "$("$out_dir/helm" version --template '{{.Version}}' 2>/dev/null)" == "$helm_version" ]] || return 1 ;;
+	esac
 }
 
 missing=()
@@ -153,6 +156,11 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 			# Its release build stamps the same version into pkg/consts, which the
 			# module's source already carries; nothing to add.
 			mod_dir="$kwok_mod" pkg=sigs.k8s.io/kwok/cmd/kwok ldflags="-s -w" check=(--version)
+			;;
+		helm)
+			# As helm's own Makefile stamps it; unstamped, helm says "v4.3".
+			mod_dir="$helm_mod" pkg=helm.sh/helm/v4/cmd/helm check=(version)
+			ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 			;;
 		kubectl)
 			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(version --client)

@@ -71,6 +71,10 @@ func newOperatorCommand() *cobra.Command {
 	return cmd
 }
 
+// Leader election keeps a Lease, and records its changes as events, in the operator's namespace.
+// +kubebuilder:rbac:groups=coordination.k8s.io,namespace=flashcache-system,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",namespace=flashcache-system,resources=events,verbs=create;patch
+
 func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts.zap)))
 	log := ctrl.Log.WithName("operator")

@@ -46,7 +46,10 @@ type Options struct {
 	Configuration string
 }
 
-// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// The certificate Secret lives in the operator's namespace: a Role there, not a ClusterRole, so
+// the operator cannot read the cluster's other Secrets. The chart binds it in its release's
+// namespace.
+// +kubebuilder:rbac:groups="",namespace=flashcache-system,resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingwebhookconfigurations,verbs=get;list;watch;update;patch
 
 // NewServer returns the webhook server for the manager's options. With self-managed

@@ -1,0 +1,115 @@
+// Package helm tests the chart in charts/flashcache: these tests need no cluster; the ones with
+// the helm build tag (`make test-helm`) lint, render and install it into a real control plane.
+package helm
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/flashcache/flashcache/operator/internal/testenv"
+)
+
+func chartDir() string { return filepath.Join(testenv.RepoRoot(), "charts", "flashcache") }
+
+// leafPaths lists the dotted paths of values' leaves; an empty map or list is a leaf.
+func leafPaths(prefix string, v any, out *[]string) {
+	m, ok := v.(map[string]any)
+	if !ok || len(m) == 0 {
+		*out = append(*out, prefix)
+		return
+	}
+	for k, child := range m {
+		p := k
+		if prefix != "" {
+			p = prefix + "." + k
+		}
+		leafPaths(p, child, out)
+	}
+}
+
+var readmeRow = regexp.MustCompile("(?m)^\\| `([A-Za-z0-9.]+)` \\| `([^`]*)` \\|")
+
+// Every value a user can set is in the README's table, and every row of the table is a value.
+func TestChartReadmeDocumentsEveryValue(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(chartDir(), "values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var values map[string]any
+	if err := yaml.Unmarshal(raw, &values); err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(chartDir(), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	documented := map[string]bool{}
+	for _, m := range readmeRow.FindAllStringSubmatch(string(readme), -1) {
+		documented[m[1]] = true
+	}
+	var leaves []string
+	leafPaths("", values, &leaves)
+	sort.Strings(leaves)
+	for _, leaf := range leaves {
+		covered := false
+		for key := range documented {
+			if leaf == key || strings.HasPrefix(leaf, key+".") {
+				covered = true
+			}
+		}
+		if !covered {
+			t.Errorf("value %s is not in the README's values table", leaf)
+		}
+	}
+	for key := range documented {
+		found := false
+		for _, leaf := range leaves {
+			if leaf == key || strings.HasPrefix(leaf, key+".") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("the README documents %s, which values.yaml does not have", key)
+		}
+	}
+}
+
+// The chart installs the repository's CRDs, byte for byte: one source of truth.
+func TestChartCRDsAreTheRepositorysCRDs(t *testing.T) {
+	want, err := filepath.Glob(filepath.Join(testenv.CRDDir(), "*.yaml"))
+	if err != nil || len(want) == 0 {
+		t.Fatalf("no CRDs in %s (%v)", testenv.CRDDir(), err)
+	}
+	got, _ := filepath.Glob(filepath.Join(chartDir(), "crds", "*.yaml"))
+	if len(got) != len(want) {
+		t.Errorf("chart has %d CRD files, crds/ has %d", len(got), len(want))
+	}
+	for _, path := range want {
+		a, _ := os.ReadFile(path)
+		b, err := os.ReadFile(filepath.Join(chartDir(), "crds", filepath.Base(path)))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("charts/flashcache/crds/%s differs from crds/ (run make generate): %v", filepath.Base(path), err)
+		}
+	}
+}
+
+// The chart's RBAC rules are the generated ones, not a hand-kept copy.
+func TestChartRBACIsTheGeneratedRBAC(t *testing.T) {
+	for _, component := range []string{"operator", "agent"} {
+		a, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "rbac", component, "role.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(chartDir(), "files", "rbac", component+".yaml"))
+		if err != nil || !bytes.Equal(a, b) {
+			t.Errorf("charts/flashcache/files/rbac/%s.yaml differs from operator/config/rbac/%s/role.yaml (run make generate): %v", component, component, err)
+		}
+	}
+}
