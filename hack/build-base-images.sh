@@ -78,7 +78,10 @@ if [[ ! -f $out/base.tar || ! -f $out/go.tar ]]; then
 	echo "build-base-images: mmdebstrap $suite from ${mirrors[*]}" >&2
 	# The dpkg and apt options stay in the rootfs (/etc/dpkg/dpkg.cfg.d, /etc/apt/apt.conf.d),
 	# so what the Dockerfile installs later is slim and recommends-free too.
+	# The merged-usr hook lays out /usr as bookworm wants without the usrmerge package, whose
+	# perl would add 50 MB; debuerreotype, which builds the official images, does the same.
 	mmdebstrap --variant=minbase --mode=root \
+		--hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
 		--aptopt='APT::Install-Recommends "false"' \
 		--aptopt='APT::Install-Suggests "false"' \
 		--dpkgopt='path-exclude=/usr/share/man/*' \
