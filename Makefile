@@ -21,6 +21,8 @@ IMAGE_TAG := $(subst +,-,$(VERSION))
 # The builder's go mod download trusts what the host trusts: where egress goes through a
 # TLS-intercepting proxy, only the host has its CA.
 HOST_CA ?= $(wildcard /etc/ssl/certs/ca-certificates.crt)
+comma := ,
+IMAGE_SECRETS := $(if $(HOST_CA),--secret id=host-ca$(comma)src=$(HOST_CA))
 
 BIN := $(CURDIR)/bin
 FLASHCACHE := $(BIN)/flashcache
@@ -62,7 +64,7 @@ envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print thei
 image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker and the base images made if missing; print its tag.
 	@hack/install-docker.sh
 	@hack/build-base-images.sh >/dev/null
-	@DOCKER_BUILDKIT=1 $(DOCKER) build $(if $(HOST_CA),--secret id=host-ca,src=$(HOST_CA)) \
+	@DOCKER_BUILDKIT=1 $(DOCKER) build $(IMAGE_SECRETS) \
 		--build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) \
 		-t $(IMAGE_NAME):$(IMAGE_TAG) -t $(IMAGE_NAME):dev . >&2
 	@echo $(IMAGE_NAME):$(IMAGE_TAG)
