@@ -43,6 +43,10 @@ type Runner struct {
 	Timeout time.Duration
 	// Log records every command run at verbosity 1.
 	Log logr.Logger
+
+	// alsoAllowed lets this package's tests run harmless commands (cat, sh) that Tools rightly
+	// does not declare.
+	alsoAllowed map[string]bool
 }
 
 // Run runs name with args and returns its standard output.
@@ -50,8 +54,13 @@ func (r Runner) Run(ctx context.Context, name string, args ...string) (string, e
 	return r.RunInput(ctx, nil, name, args...)
 }
 
-// RunInput runs name with args, feeding stdin, and returns its standard output.
+// RunInput runs name with args, feeding stdin, and returns its standard output. It refuses a
+// name that Tools does not declare, so that the table stays the complete list of what the
+// engine runs, and what the image and the hosts must provide.
 func (r Runner) RunInput(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	if _, ok := ToolNamed(name); !ok && !r.alsoAllowed[name] {
+		return "", &UnknownToolError{Name: name}
+	}
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout

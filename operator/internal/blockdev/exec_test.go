@@ -8,15 +8,20 @@ import (
 	"time"
 )
 
+// testRunner may also run the shell utilities these tests drive it with.
+func testRunner() Runner {
+	return Runner{alsoAllowed: map[string]bool{"cat": true, "sh": true, "sleep": true}}
+}
+
 func TestRunnerCapturesStdoutAndStdin(t *testing.T) {
-	out, err := Runner{}.RunInput(context.Background(), []byte("hello"), "cat")
+	out, err := testRunner().RunInput(context.Background(), []byte("hello"), "cat")
 	if err != nil || out != "hello" {
 		t.Errorf("out %q err %v", out, err)
 	}
 }
 
 func TestRunnerErrorCarriesExitCodeAndStderr(t *testing.T) {
-	_, err := Runner{}.Run(context.Background(), "sh", "-c", "echo device busy >&2; exit 3")
+	_, err := testRunner().Run(context.Background(), "sh", "-c", "echo device busy >&2; exit 3")
 	var ce *CommandError
 	if !errors.As(err, &ce) {
 		t.Fatalf("err = %v, want *CommandError", err)
@@ -28,7 +33,9 @@ func TestRunnerErrorCarriesExitCodeAndStderr(t *testing.T) {
 
 func TestRunnerTimesOut(t *testing.T) {
 	start := time.Now()
-	_, err := Runner{Timeout: 200 * time.Millisecond}.Run(context.Background(), "sleep", "10")
+	r := testRunner()
+	r.Timeout = 200 * time.Millisecond
+	_, err := r.Run(context.Background(), "sleep", "10")
 	if err == nil || !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("err = %v, want deadline exceeded", err)
 	}

@@ -62,15 +62,12 @@ func newNodeCommand() *cobra.Command {
 		Use:   "node",
 		Short: "Plan, apply, flush and tear down volumes on this host, without Kubernetes",
 		Long: `Works on the FlashCacheVolumes of a file (the same YAML as kubectl apply), on this host,
-as root. The file is checked with the CRD's own schema and rules before any disk is touched.`,
+as root. The file is checked with the CRD's own schema and rules before any disk is touched.
+'flashcache node tools' checks that the host has the commands the engine runs.`,
 	}
 	f := node.PersistentFlags()
-	f.StringVarP(&opts.config, "config", "c", "", "FlashCacheVolume file (YAML, several documents allowed; - for stdin)")
 	f.StringVarP(&opts.output, "output", "o", "text", "output: text or json")
-	f.StringVar(&opts.volume, "volume", "", "act on this volume of the file only")
-	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded")
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "log every command run")
-	_ = node.MarkPersistentFlagRequired("config")
 
 	var timeout time.Duration
 	var pass, confirm bool
@@ -164,6 +161,15 @@ the spare area), reads SMART wear, and gives a verdict per device and for the vo
 		teardown,
 		check,
 	)
+	// Every subcommand but tools acts on the volumes of a file.
+	for _, sub := range node.Commands() {
+		f := sub.Flags()
+		f.StringVarP(&opts.config, "config", "c", "", "FlashCacheVolume file (YAML, several documents allowed; - for stdin)")
+		f.StringVar(&opts.volume, "volume", "", "act on this volume of the file only")
+		f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded")
+		_ = sub.MarkFlagRequired("config")
+	}
+	node.AddCommand(newToolsCommand(opts))
 	return node
 }
 

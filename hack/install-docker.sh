@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Makes a Docker daemon answer, for `make image` and `make test-image`: installs Debian's
+# docker.io when the docker client is missing, starts dockerd when nothing answers, and waits
+# until `docker info` does. Idempotent: a machine where docker already answers pays one
+# `docker info`, and needs neither root nor network.
+# Uses $DOCKER (default /usr/bin/docker, Debian's client): another client earlier in PATH may
+# be newer than the daemon, or route `docker build` through a buildx it does not have.
+set -euo pipefail
+
+docker=${DOCKER:-/usr/bin/docker}
+if "$docker" info >/dev/null 2>&1; then
+	exit 0
+fi
+
+if ((EUID != 0)); then
+	echo "install-docker: $docker does not answer, and only root can install or start it" >&2
+	exit 1
+fi
+
+if ! dpkg-query -W -f='${Status}' docker.io 2>/dev/null | grep -q "ok installed"; then
+	echo "install-docker: installing docker.io" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >&2
+fi
+
+if [[ -d /run/systemd/system ]]; then
+	systemctl start docker.service
+elif ! pgrep -x dockerd >/dev/null; then
+	# No init to own it (CI containers): detached, so it outlives this script and make.
+	log=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/dockerd.log
+	mkdir -p "$(dirname "$log")"
+	echo "install-docker: starting dockerd, log in $log" >&2
+	setsid nohup /usr/sbin/dockerd >>"$log" 2>&1 </dev/null &
+fi
+
+for ((i = 0; i < 120; i++)); do
+	if "$docker" info >/dev/null 2>&1; then
+		exit 0
+	fi
+	sleep 0.5
+done
+echo "install-docker: dockerd did not answer within 60 s; see ${log:-its log}" >&2
+exit 1
