@@ -33,7 +33,7 @@ CONTROLLER_GEN := $(FLASHCACHE_CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERS
 # Paths that `make generate` owns; `make verify-generated` fails when they are stale.
 CHART := charts/flashcache
 GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac \
-	$(CHART)/crds $(CHART)/files/rbac deploy
+	$(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook deploy
 
 .PHONY: help
 help: ## List the targets.
@@ -60,6 +60,7 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs a
 	cp crds/*.yaml $(CHART)/crds/
 	cp operator/config/rbac/operator/role.yaml $(CHART)/files/rbac/operator.yaml
 	cp operator/config/rbac/agent/role.yaml $(CHART)/files/rbac/agent.yaml
+	cp operator/config/webhook/eviction.yaml $(CHART)/files/webhook/eviction.yaml
 	hack/render-manifests.sh > deploy/flashcache.yaml
 
 .PHONY: envtest-assets
@@ -137,7 +138,7 @@ vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in i
 
 ##@ End-to-end tests (control plane on the host, the QEMU VM as a node)
 
-E2E_COMPONENTS := etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok
+E2E_COMPONENTS := etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm
 
 .PHONY: test-e2e
 test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok plays its kubelet).
@@ -152,7 +153,7 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 
 .PHONY: test-helm
 test-helm: test-image ## The image test, then helm lint; render, dry-run, install, upgrade and uninstall the chart on a real control plane.
-	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS) helm); \
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
 	cd operator && KUBEBUILDER_ASSETS=$$assets go test -tags helm -count=1 -v -timeout 20m ./test/helm/
 
 ##@ Use

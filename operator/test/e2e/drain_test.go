@@ -21,7 +21,6 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,7 +31,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/yaml"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/testenv"
@@ -47,6 +45,8 @@ const (
 	// requestGrace is the agent's --flush-request-grace: short, so uncordon restores writeback
 	// within the test.
 	requestGrace = 15 * time.Second
+	// chartNamespace is where the test installs the chart.
+	chartNamespace = "flashcache-system"
 )
 
 func init() {
@@ -80,16 +80,20 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Each component runs as its own user with only the RBAC the project ships.
-	grant(t, ctx, k8s, "agent", "flashcache-agent")
-	grant(t, ctx, k8s, "operator", "flashcache-operator")
+	// The chart installs the CRD, the RBAC, the ServiceAccounts and the webhook configuration.
+	// The operator and the agent run outside pods (on the host, in the VM), each with a token of
+	// its chart ServiceAccount: a verb missing from the chart's RBAC fails this test. (No
+	// Deployment or DaemonSet controller runs, so the chart's own pods never exist.)
+	if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"); err != nil {
+		t.Fatal(err)
+	}
 	webhookPort := startOperator(t, ctx, c, k8s, binary, dir)
 
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	agentConfig, err := c.GuestKubeconfig(envtest.User{Name: "flashcache-agent"})
+	agentConfig, err := c.ServiceAccountKubeconfig(ctx, chartNamespace, "flashcache-agent", vmharness.HostAddr, 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,6 +429,25 @@ spec:
 			t.Errorf("the backing disk still carries a bcache signature: %q", out)
 		}
 	})
+
+	// The chart's RBAC let each component do everything it did: a refused request shows in its
+	// log as "forbidden", and the components log their failed requests before they retry.
+	t.Run("NoRequestWasForbidden", func(t *testing.T) {
+		operatorLog, err := os.ReadFile(filepath.Join(dir, "operator.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for component, log := range map[string]string{
+			"operator": string(operatorLog),
+			"agent":    sh(t, "cat /root/agent.log"),
+		} {
+			for _, line := range strings.Split(log, "\n") {
+				if strings.Contains(strings.ToLower(line), "forbidden") {
+					t.Errorf("%s: %s", component, line)
+				}
+			}
+		}
+	})
 }
 
 // mysqlStatefulSet stands for MySQL: kwok runs no containers, so only its shape matters.
@@ -459,51 +482,24 @@ spec:
           storage: SIZE
 `
 
-// grant binds the shipped ClusterRole of a component to a user of that name.
-func grant(t *testing.T, ctx context.Context, k8s client.Client, component, user string) {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "rbac", component, "role.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var role rbacv1.ClusterRole
-	if err := yaml.Unmarshal(raw, &role); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}}}
-	for _, o := range []client.Object{&role, binding} {
-		if err := k8s.Create(ctx, o); err != nil {
-			t.Fatalf("%s RBAC: %v", component, err)
-		}
-	}
-}
-
-// startOperator installs the shipped webhook configuration, pointed at a port on this host, and
-// runs the operator with self-managed certificates; it returns once the CA is injected.
+// startOperator points the chart's webhook configuration at a port on this host and runs the
+// operator there, as the chart would (leader election, self-managed certificates in the chart's
+// Secret), with the chart ServiceAccount's token; it returns once the CA is injected.
 func startOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, k8s client.Client, binary, dir string) int {
 	t.Helper()
 	port := freePort(t)
-	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "flashcache-system"}}); err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "webhook", "eviction.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var config admissionv1.ValidatingWebhookConfiguration
-	if err := yaml.Unmarshal(raw, &config); err != nil {
+	if err := k8s.Get(ctx, types.NamespacedName{Name: "flashcache-eviction"}, &config); err != nil {
 		t.Fatal(err)
 	}
 	url := fmt.Sprintf("https://localhost:%d/validate-eviction", port)
 	for i := range config.Webhooks {
 		config.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url}
 	}
-	if err := k8s.Create(ctx, &config); err != nil {
+	if err := k8s.Update(ctx, &config); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig, err := c.HostKubeconfig(envtest.User{Name: "flashcache-operator"})
+	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, chartNamespace, "flashcache-operator", "", 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -519,7 +515,8 @@ func startOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, k8s cl
 	opCtx, stop := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(opCtx, binary, "operator", "--kubeconfig", path,
 		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", "flashcache-system",
+		"--leader-elect", "--leader-election-namespace", chartNamespace,
+		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", chartNamespace,
 		"--webhook-dns-name", "localhost", "--webhook-cert-dir", filepath.Join(dir, "webhook-certs"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {

@@ -100,16 +100,20 @@ func TestChartCRDsAreTheRepositorysCRDs(t *testing.T) {
 	}
 }
 
-// The chart's RBAC rules are the generated ones, not a hand-kept copy.
-func TestChartRBACIsTheGeneratedRBAC(t *testing.T) {
-	for _, component := range []string{"operator", "agent"} {
-		a, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "operator", "config", "rbac", component, "role.yaml"))
+// The chart's RBAC rules and webhook definition are the project's own files, not hand-kept copies.
+func TestChartCopiesAreTheProjectsFiles(t *testing.T) {
+	for copy, source := range map[string]string{
+		"files/rbac/operator.yaml":    "operator/config/rbac/operator/role.yaml",
+		"files/rbac/agent.yaml":       "operator/config/rbac/agent/role.yaml",
+		"files/webhook/eviction.yaml": "operator/config/webhook/eviction.yaml",
+	} {
+		a, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), source))
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(chartDir(), "files", "rbac", component+".yaml"))
+		b, err := os.ReadFile(filepath.Join(chartDir(), copy))
 		if err != nil || !bytes.Equal(a, b) {
-			t.Errorf("charts/flashcache/files/rbac/%s.yaml differs from operator/config/rbac/%s/role.yaml (run make generate): %v", component, component, err)
+			t.Errorf("charts/flashcache/%s differs from %s (run make generate): %v", copy, source, err)
 		}
 	}
 }

@@ -38,34 +38,17 @@ var thirdPartyCRDs = []struct{ module, files string }{
 		"deploy/crds/cert-manager.io_{certificates,issuers,clusterissuers}.yaml"},
 }
 
-type helmRunner struct {
-	bin, kubeconfig, home string
-}
-
-func newHelm(t *testing.T, kubeconfig string) *helmRunner {
+// helm runs helm on the chart without a cluster (lint, template).
+func helm(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	assets, err := testenv.Assets()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(assets, "helm")
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("helm is not built (make test-helm builds it): %v", err)
-	}
-	return &helmRunner{bin: bin, kubeconfig: kubeconfig, home: t.TempDir()}
-}
-
-// run runs helm with its caches and configuration in a folder of the test's, never the user's.
-func (h *helmRunner) run(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, h.bin, args...)
+	home := t.TempDir()
+	cmd := exec.Command(filepath.Join(assets, "helm"), args...)
 	cmd.Dir = chartDir()
-	cmd.Env = append(os.Environ(),
-		"HELM_CACHE_HOME="+filepath.Join(h.home, "cache"),
-		"HELM_CONFIG_HOME="+filepath.Join(h.home, "config"),
-		"HELM_DATA_HOME="+filepath.Join(h.home, "data"))
-	if h.kubeconfig != "" {
-		cmd.Env = append(cmd.Env, "KUBECONFIG="+h.kubeconfig)
-	}
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
@@ -83,10 +66,9 @@ func valuesArgs(files []string) []string {
 }
 
 func TestChartLintsWithEveryValueSet(t *testing.T) {
-	h := newHelm(t, "")
 	for name, files := range valueSets {
 		t.Run(name, func(t *testing.T) {
-			if out, err := h.run(context.Background(), append([]string{"lint", "--strict", "."}, valuesArgs(files)...)...); err != nil {
+			if out, err := helm(t, append([]string{"lint", "--strict", "."}, valuesArgs(files)...)...); err != nil {
 				t.Fatal(err)
 			} else if !strings.Contains(out, "0 chart(s) failed") {
 				t.Fatalf("helm lint:\n%s", out)
@@ -97,7 +79,6 @@ func TestChartLintsWithEveryValueSet(t *testing.T) {
 
 // A wrong value stops the install with a message that names it, before anything is applied.
 func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
-	h := newHelm(t, "")
 	for _, tc := range []struct{ set, field string }{
 		{"webhook.certs=vault", "/webhook/certs"},
 		{"operator.replicas=0", "/operator/replicas"},
@@ -107,7 +88,7 @@ func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
 		{"agent.priorityClass.value=2000000000", "/agent/priorityClass/value"},
 		{"operator.replica=2", "replica"},
 	} {
-		out, err := h.run(context.Background(), "template", "x", ".", "--set", tc.set)
+		out, err := helm(t, "template", "x", ".", "--set", tc.set)
 		if err == nil {
 			t.Errorf("--set %s: rendered, want it refused", tc.set)
 			continue
@@ -132,11 +113,6 @@ func TestChartOnARealAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(c.Dir, "helm-kubeconfig")
-	if err := testenv.WriteAdminKubeconfig(c.Env, kubeconfig); err != nil {
-		t.Fatal(err)
-	}
-	h := newHelm(t, kubeconfig)
 	installThirdPartyCRDs(t, ctx, kubectl, c.Dir)
 	for _, ns := range []string{"flashcache-system", "monitoring"} {
 		if _, err := kubectl.Run("create", "namespace", ns); err != nil {
@@ -147,7 +123,7 @@ func TestChartOnARealAPIServer(t *testing.T) {
 	t.Run("TemplateAppliesAsServerSideDryRun", func(t *testing.T) {
 		for name, files := range valueSets {
 			args := append([]string{"template", "flashcache", ".", "--namespace", "flashcache-system", "--include-crds"}, valuesArgs(files)...)
-			rendered, err := h.run(ctx, args...)
+			rendered, err := c.Helm(ctx, args...)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -176,7 +152,7 @@ func TestChartOnARealAPIServer(t *testing.T) {
 	t.Run("InstallUpgradeUninstall", func(t *testing.T) {
 		// --wait: kwok runs the pods on its node, so the Deployment and the DaemonSet must
 		// become ready, which needs every object (ServiceAccounts, PriorityClass) in place.
-		if _, err := h.run(ctx, "install", "flashcache", ".", "--namespace", "flashcache-system",
+		if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", "flashcache-system",
 			"--wait", "--timeout", "3m"); err != nil {
 			t.Fatal(err)
 		}
@@ -192,7 +168,13 @@ func TestChartOnARealAPIServer(t *testing.T) {
 			t.Error(err)
 		}
 
-		if _, err := h.run(ctx, "upgrade", "flashcache", ".", "--namespace", "flashcache-system", "--wait", "--timeout", "3m",
+		// The operator injects the webhook's CA bundle after the install; an upgrade must keep it.
+		caBundle := `{"webhooks":[{"name":"eviction.flashcache.io","clientConfig":{"caBundle":"Y2E="}}]}`
+		if _, err := kubectl.Run("patch", "validatingwebhookconfiguration/flashcache-eviction", "--type=strategic", "-p", caBundle); err != nil {
+			t.Fatal(err)
+		}
+
+		if _, err := c.Helm(ctx, "upgrade", "flashcache", ".", "--namespace", "flashcache-system", "--wait", "--timeout", "3m",
 			"--set", "operator.replicas=3", "--set", "metrics.podMonitor.enabled=true", "--set", "agent.flushTimeout=20m"); err != nil {
 			t.Fatal(err)
 		}
@@ -207,10 +189,14 @@ func TestChartOnARealAPIServer(t *testing.T) {
 		if args := strings.Join(agent.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--flush-timeout=20m") {
 			t.Errorf("agent after upgrade: args %q, want --flush-timeout=20m", args)
 		}
+		if out, err := kubectl.Run("get", "validatingwebhookconfiguration/flashcache-eviction",
+			"-o", "jsonpath={.webhooks[0].clientConfig.caBundle}"); err != nil || out != "Y2E=" {
+			t.Errorf("the webhook's CA bundle after the upgrade: %q (%v), want the injected one kept", out, err)
+		}
 		if _, err := kubectl.Run("-n", "flashcache-system", "get", "podmonitor/flashcache-agent"); err != nil {
 			t.Error(err)
 		}
-		history, err := h.run(ctx, "history", "flashcache", "--namespace", "flashcache-system", "-o", "json")
+		history, err := c.Helm(ctx, "history", "flashcache", "--namespace", "flashcache-system", "-o", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,7 +211,7 @@ func TestChartOnARealAPIServer(t *testing.T) {
 			t.Errorf("helm history: %+v, want two revisions, the second deployed", revisions)
 		}
 
-		if _, err := h.run(ctx, "uninstall", "flashcache", "--namespace", "flashcache-system", "--wait", "--timeout", "2m"); err != nil {
+		if _, err := c.Helm(ctx, "uninstall", "flashcache", "--namespace", "flashcache-system", "--wait", "--timeout", "2m"); err != nil {
 			t.Fatal(err)
 		}
 		// Helm leaves the CRD (it never deletes crds/), so the volumes and their data survive

@@ -1,13 +1,18 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/flashcache/flashcache/operator/internal/testenv"
@@ -80,4 +85,40 @@ func (c *Cluster) Kubectl() (*testenv.Kubectl, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	return k, nil
+}
+
+// ServiceAccountKubeconfig is a kubeconfig that authenticates with a token of the ServiceAccount
+// namespace/name, issued by the API server as the kubelet would for a pod, so the process has
+// exactly that account's RBAC. via is the address the process reaches this host's loopback at
+// ("" for a process on this host, vmharness.HostAddr for one in a guest).
+func (c *Cluster) ServiceAccountKubeconfig(ctx context.Context, namespace, name, via string, lifetime time.Duration) ([]byte, error) {
+	seconds := int64(lifetime.Seconds())
+	token, err := c.Client.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &seconds}}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("cluster: token of ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	server, err := url.Parse(c.Config.Host)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: API server address %q: %w", c.Config.Host, err)
+	}
+	cl := clientcmdapi.NewCluster()
+	cl.CertificateAuthorityData = c.Config.CAData
+	if via != "" {
+		server.Host = net.JoinHostPort(via, server.Port())
+		cl.TLSServerName = servingName
+	}
+	cl.Server = server.String()
+	user := clientcmdapi.NewAuthInfo()
+	user.Token = token.Status.Token
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["cluster"] = cl
+	cfg.AuthInfos[name] = user
+	cfg.Contexts["default"] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: name, Namespace: namespace}
+	cfg.CurrentContext = "default"
+	out, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: rendering kubeconfig of %s/%s: %w", namespace, name, err)
+	}
+	return out, nil
 }
