@@ -79,13 +79,13 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-e2e test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-ansible test-e2e test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
-lint: ## gofmt and go vet (with the envtest, vm, e2e, helm and image files).
+lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image and ansible files).
 	@unformatted=$$(cd operator && gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	cd operator && go vet ./... && for tags in envtest vm e2e helm image; do go vet -tags $$tags ./... || exit 1; done
+	cd operator && go vet ./... && for tags in envtest vm e2e helm image ansible; do go vet -tags $$tags ./... || exit 1; done
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
@@ -135,6 +135,18 @@ vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in i
 	@hack/install-vm-deps.sh
 	@img=$$(hack/build-vm-image.sh); \
 	cd operator && go run ./test/vmshell -image "$$img"
+
+##@ Hosts without Kubernetes (Ansible)
+
+.PHONY: test-ansible
+test-ansible: ## ansible-lint, then the role and the playbooks over SSH against the test VM.
+	hack/install-vm-deps.sh
+	bin=$$(hack/install-ansible.sh); \
+	PATH=$$bin:$$PATH ansible-lint roles/ playbooks/; \
+	img=$$(hack/build-vm-image.sh); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && FLASHCACHE_ANSIBLE_BIN=$$bin FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
+		go test -count=1 -v -tags ansible -timeout 45m ./test/ansible/
 
 ##@ End-to-end tests (control plane on the host, the QEMU VM as a node)
 

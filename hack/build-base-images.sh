@@ -17,6 +17,8 @@
 # Single-quoted $(...) below are apt's own placeholders.
 # shellcheck disable=SC2016
 set -euo pipefail
+# shellcheck source=hack/lib/debian-mirrors.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-mirrors.sh"
 
 exec 3>&1 1>&2
 
@@ -59,16 +61,7 @@ if [[ ! -f $out/base.tar || ! -f $out/go.tar ]]; then
 		exit 1
 	fi
 	suite=bookworm
-	# The host's own Debian sources (its mirror or proxy), reduced to the bookworm suites, as
-	# hack/build-vm-image.sh does: they are what this network reaches.
-	mirrors=()
-	while IFS='|' read -r uri release component; do
-		mirrors+=("deb $uri $release $component")
-	done < <(apt-get indextargets --no-release-info --format '$(REPO_URI)|$(RELEASE)|$(COMPONENT)' 'Created-By: Packages' |
-		grep -E "^[^|]+\|$suite(-updates|-security)?\|main$" | sort -u)
-	if ((${#mirrors[@]} == 0)); then
-		mirrors=("deb http://deb.debian.org/debian $suite main")
-	fi
+	mapfile -t mirrors < <(debian_mirrors "$suite")
 
 	mkdir -p "$cache"
 	tmp=$(mktemp -d "$cache/.build-$key.XXXXXX")

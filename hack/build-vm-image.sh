@@ -14,6 +14,8 @@
 # Single-quoted $(...), ${...} and $1 below are apt's, dpkg's and mmdebstrap's own placeholders.
 # shellcheck disable=SC2016
 set -euo pipefail
+# shellcheck source=hack/lib/debian-mirrors.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-mirrors.sh"
 
 exec 3>&1 1>&2
 
@@ -38,7 +40,8 @@ packages=(
 	bcache-tools gdisk fdisk smartmontools nvme-cli sdparm hdparm
 	xfsprogs e2fsprogs fio
 	openssh-server
-	python3 # Ansible's modules run on the guest's Python
+	python3 python3-apt # Ansible's modules run on the guest's Python; its apt module needs python3-apt
+	open-iscsi # iscsiadm, a tool of the engine's table (iSCSI backing devices)
 )
 
 # Only the modules needed to mount the root disk go into the initrd: the default (MODULES=most)
@@ -62,16 +65,7 @@ masked_units=(
 	systemd-timesyncd.service systemd-pstore.service
 )
 
-# The host's own Debian sources (its mirror or proxy), reduced to the bookworm suites: a CI
-# machine may have other vendors' sources configured that must not leak into the guest.
-mirrors=()
-while IFS='|' read -r uri release component; do
-	mirrors+=("deb $uri $release $component")
-done < <(apt-get indextargets --no-release-info --format '$(REPO_URI)|$(RELEASE)|$(COMPONENT)' 'Created-By: Packages' |
-	grep -E "^[^|]+\|$suite(-updates|-security)?\|main$" | sort -u)
-if ((${#mirrors[@]} == 0)); then
-	mirrors=("deb http://deb.debian.org/debian $suite main")
-fi
+mapfile -t mirrors < <(debian_mirrors "$suite")
 
 mkdir -p "$cache"
 tmp=$(mktemp -d "$cache/.build-$key.XXXXXX")

@@ -86,11 +86,11 @@ then go back to the configured mode (a held volume stays held).`,
 				if pass {
 					res, err = e.FlushPass(ctx, v, timeout)
 				} else {
+					// Progress goes to stderr whatever the output format: the Ansible role's drain
+					// prints it from there while the JSON report waits for the end on stdout.
 					res, err = e.Flush(ctx, v, timeout, func(p engine.FlushProgress) {
-						if opts.output == "text" {
-							fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s dirty, %s, %.1f MiB/s, about %s left\n", v.Name,
-								mib(p.DirtyBytes), p.State, p.BytesPerSecond/(1<<20), p.ETA.Round(time.Second))
-						}
+						fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s dirty, %s, %.1f MiB/s, about %s left\n", v.Name,
+							mib(p.DirtyBytes), p.State, p.BytesPerSecond/(1<<20), p.ETA.Round(time.Second))
 					})
 				}
 				r.Flush = res

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs the pinned Ansible toolchain (hack/ansible-requirements.txt) into a virtualenv under
+# ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/ansible/<hash of the requirements>, from PyPI, and
+# prints the virtualenv's bin folder. A warm run costs nothing; changing a pin makes a new one.
+# Progress goes to stderr; only the folder goes to stdout.
+set -euo pipefail
+exec 3>&1 1>&2
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+requirements=$repo/hack/ansible-requirements.txt
+key=$(sha256sum "$requirements" | cut -c1-16)
+venv=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/ansible/$key
+# ansible-playbook reaches hosts with OpenSSH's client.
+if ! command -v ssh >/dev/null; then
+	echo "install-ansible: installing openssh-client" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-client
+fi
+
+# .complete is written last, so an interrupted install is started again.
+if [[ -f $venv/.complete ]]; then
+	echo "$venv/bin" >&3
+	exit 0
+fi
+
+if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+	echo "install-ansible: installing python3-venv" >&2
+	apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv
+fi
+rm -rf "$venv"
+python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+touch "$venv/.complete"
+echo "install-ansible: $(grep -v "^#" "$requirements" | tr "\n" " ")installed in $venv" >&2
+echo "$venv/bin" >&3

@@ -1,0 +1,390 @@
+//go:build ansible
+
+// Package ansible runs the role and the playbooks for real, over SSH, against the test VM with
+// an emulated NVMe drive and a 7200 rpm disk, as `make test-ansible` does.
+package ansible
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/flashcache/flashcache/operator/internal/testenv"
+	"github.com/flashcache/flashcache/operator/test/vmharness"
+)
+
+const volumeName = "mysql-data"
+
+// recap is a host's line of the PLAY RECAP.
+type recap struct{ ok, changed, failed int }
+
+var recapLine = regexp.MustCompile(`(?m)^vm\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=\d+\s+failed=(\d+)`)
+
+type bed struct {
+	t         *testing.T
+	ctx       context.Context
+	vm        *vmharness.VM
+	dir       string
+	inventory string
+	ansible   string
+}
+
+// playbook runs a playbook of playbooks/ (or a path) with extra arguments; it returns the
+// output and the VM's recap, and whether ansible-playbook succeeded.
+func (b *bed) playbook(t *testing.T, name string, args ...string) (string, recap, bool) {
+	t.Helper()
+	path := name
+	if !filepath.IsAbs(name) {
+		path = filepath.Join(testenv.RepoRoot(), "playbooks", name)
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 15*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(b.ansible, "ansible-playbook"), append([]string{"-i", b.inventory, path}, args...)...)
+	cmd.Dir = testenv.RepoRoot()
+	cmd.Env = append(os.Environ(), "ANSIBLE_HOME="+filepath.Join(b.dir, "ansible-home"),
+		"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=True", "ANSIBLE_RETRY_FILES_ENABLED=False",
+		"PATH="+b.ansible+":"+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	text := string(out)
+	var r recap
+	if m := recapLine.FindStringSubmatch(text); m != nil {
+		r.ok, _ = strconv.Atoi(m[1])
+		r.changed, _ = strconv.Atoi(m[2])
+		r.failed, _ = strconv.Atoi(m[3])
+	}
+	return text, r, err == nil
+}
+
+func (b *bed) sh(t *testing.T, cmd string) string {
+	t.Helper()
+	out, err := b.vm.Output(b.ctx, cmd)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// nodeStatus is what `flashcache node status` reports of the volume.
+func (b *bed) nodeStatus(t *testing.T) (dirty int64, mode string) {
+	t.Helper()
+	var report struct {
+		Volumes []struct {
+			Status struct {
+				DirtyBytes int64  `json:"dirtyBytes"`
+				CacheMode  string `json:"cacheMode"`
+			} `json:"status"`
+		} `json:"volumes"`
+	}
+	out := b.sh(t, "flashcache node status --config /etc/flashcache/volumes.yaml -o json")
+	if err := json.Unmarshal([]byte(out), &report); err != nil || len(report.Volumes) != 1 {
+		t.Fatalf("node status: %v\n%s", err, out)
+	}
+	return report.Volumes[0].Status.DirtyBytes, report.Volumes[0].Status.CacheMode
+}
+
+// dirty writes random 4 KiB blocks that stay on the cache (dirtyThresholdPercent 40, no
+// time-based flush): data the flush must carry to the backing disk.
+func (b *bed) dirty(t *testing.T) int64 {
+	t.Helper()
+	b.sh(t, "fio --name=dirty --filename=/dev/flashcache/"+volumeName+" --rw=randwrite --bs=4k --size=256M "+
+		"--io_size=24M --direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null")
+	d, _ := b.nodeStatus(t)
+	if d < 8<<20 {
+		t.Fatalf("only %d bytes dirty after the writes", d)
+	}
+	return d
+}
+
+func TestPlaybooksOnTheVM(t *testing.T) {
+	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
+	ansible := os.Getenv("FLASHCACHE_ANSIBLE_BIN")
+	if ansible == "" {
+		t.Fatal("FLASHCACHE_ANSIBLE_BIN is not set (make test-ansible sets it to hack/install-ansible.sh's folder)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	nvme := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-ansible-cache", Size: 1 << 30}
+	// A volatile cache that honours flushes, as a real 7200 rpm disk's: the role's apply runs
+	// the durability check, and QEMU's plain disk is rightly judged Unsafe.
+	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-ansible-backing", Size: 2 << 30, Cache: vmharness.CacheVolatileHonest}
+	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: filepath.Join(dir, "vm"), Logf: t.Logf,
+		Disks: []vmharness.Disk{nvme, hdd}})
+	if vm != nil {
+		defer vm.Close()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bed{t: t, ctx: ctx, vm: vm, dir: dir, ansible: ansible, inventory: filepath.Join(dir, "inventory.yml")}
+	writeInventory(t, b.inventory, vm, binary, nvme, hdd)
+
+	t.Run("BadVariablesFailNamingThem", func(t *testing.T) {
+		out, _, ok := b.playbook(t, "provision.yml", "-e", `{"flashcache_volumes": [{"name": "x", "cacheDevice": {"path": "/dev/a"}, "backingDevice": {"path": "/dev/b"}, "mode": "writefast"}]}`)
+		if ok || !strings.Contains(out, "mode") || !strings.Contains(out, "writefast") {
+			t.Errorf("mode: writefast: want a failure naming mode and the value:\n%s", tail(out))
+		}
+		out, _, ok = b.playbook(t, "provision.yml", "-e", `{"flashcache_volumes": [{"name": "x", "cacheDevice": {"path": "/dev/a", "overProvision": 10}, "backingDevice": {"path": "/dev/b"}}]}`)
+		if ok || !strings.Contains(out, "overProvision") {
+			t.Errorf("an unknown option: want a failure naming it:\n%s", tail(out))
+		}
+		out, _, ok = b.playbook(t, "provision.yml", "-e", "flashcache_binary_source=url", "-e", "flashcache_binary_url=http://example.invalid/flashcache")
+		if ok || !strings.Contains(out, "flashcache_binary_sha256") {
+			t.Errorf("a URL without a checksum: want a failure naming flashcache_binary_sha256:\n%s", tail(out))
+		}
+		b.assertUntouched(t)
+	})
+
+	t.Run("CheckModeOnAFreshHostChangesNothing", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml", "--check", "--diff")
+		if !ok || r.changed == 0 {
+			t.Errorf("check mode: ok=%v, recap %+v: want success and changes announced\n%s", ok, r, tail(out))
+		}
+		b.assertUntouched(t)
+	})
+
+	t.Run("ProvisionBuildsTheVolumeAndSetsFacts", func(t *testing.T) {
+		out, r, ok := b.playbook(t, filepath.Join(testenv.RepoRoot(), "operator", "test", "ansible", "testdata", "provision-and-read-facts.yml"))
+		if !ok || r.changed == 0 || r.failed != 0 {
+			t.Fatalf("provision: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		m := regexp.MustCompile(`FACTS (\{.*\})"`).FindStringSubmatch(strings.ReplaceAll(out, `\"`, `"`))
+		if m == nil {
+			t.Fatalf("no facts printed:\n%s", tail(out))
+		}
+		var facts struct {
+			Devices  map[string]string `json:"devices"`
+			Verdicts map[string]string `json:"verdicts"`
+		}
+		if err := json.Unmarshal([]byte(m[1]), &facts); err != nil {
+			t.Fatalf("facts %s: %v", m[1], err)
+		}
+		if facts.Devices[volumeName] != "/dev/flashcache/"+volumeName || facts.Verdicts[volumeName] != "Safe" {
+			t.Errorf("facts: %+v, want the device path and a Safe verdict", facts)
+		}
+		if got := b.sh(t, "readlink -f /dev/flashcache/"+volumeName+" && systemctl is-active flashcache.service && systemctl is-enabled flashcache.service"); !strings.Contains(got, "/dev/bcache") || strings.Count(got, "active")+strings.Count(got, "enabled") != 2 {
+			t.Errorf("device and unit: %q", got)
+		}
+		if _, mode := b.nodeStatus(t); mode != "writeback" {
+			t.Errorf("cache mode %s, want writeback", mode)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("SecondRunChangesNothing", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml")
+		if !ok || r.changed != 0 {
+			t.Errorf("second run: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+	})
+
+	t.Run("CheckModeAfterwardsChangesNothing", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml", "--check", "--diff")
+		if !ok || r.changed != 0 {
+			t.Errorf("check mode: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+	})
+
+	t.Run("ABadSpecInCheckModeFailsNamingTheFieldAndChangesNothing", func(t *testing.T) {
+		before := b.sh(t, "cat /etc/flashcache/volumes.yaml")
+		volumes := fmt.Sprintf(`{"flashcache_volumes": [{"name": %q, "cacheDevice": {"path": %q, "overProvisionPercent": 80}, "backingDevice": {"path": %q}}]}`,
+			volumeName, nvme.ByID(), hdd.ByID())
+		out, _, ok := b.playbook(t, "provision.yml", "--check", "-e", volumes)
+		if ok || !strings.Contains(out, "spec.cacheDevice.overProvisionPercent") {
+			t.Errorf("overProvisionPercent 80: want a failure naming spec.cacheDevice.overProvisionPercent:\n%s", tail(out))
+		}
+		if after := b.sh(t, "cat /etc/flashcache/volumes.yaml"); after != before {
+			t.Errorf("check mode changed the volume file:\n%s", after)
+		}
+	})
+
+	t.Run("BinaryFromAURLIsChecksumVerified", func(t *testing.T) {
+		url, sum := serve(t, binary)
+		out, _, ok := b.playbook(t, "provision.yml", "-e", "flashcache_binary_source=url", "-e", "flashcache_binary_url="+url,
+			"-e", "flashcache_binary_sha256="+strings.Repeat("0", 64))
+		if ok || !strings.Contains(strings.ToLower(out), "checksum") {
+			t.Errorf("a wrong checksum: want a failure about it:\n%s", tail(out))
+		}
+		out, r, ok := b.playbook(t, "provision.yml", "-e", "flashcache_binary_source=url", "-e", "flashcache_binary_url="+url,
+			"-e", "flashcache_binary_sha256="+sum)
+		if !ok || r.changed != 0 {
+			t.Errorf("the right checksum, same binary: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+	})
+
+	t.Run("DrainBlocksUntilCleanAndPrintsProgress", func(t *testing.T) {
+		dirty := b.dirty(t)
+		began := time.Now()
+		out, r, ok := b.playbook(t, "drain.yml", "-e", "flashcache_drain_progress_interval=2")
+		if !ok || r.failed != 0 {
+			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		t.Logf("drain of %.1f MiB took %s", float64(dirty)/(1<<20), time.Since(began).Round(time.Second))
+		if !regexp.MustCompile(`"msg": "` + volumeName + `: [0-9.]+ MiB dirty`).MatchString(out) {
+			t.Errorf("drain printed no progress:\n%s", tail(out))
+		}
+		if d, mode := b.nodeStatus(t); d != 0 || mode != "writethrough" {
+			t.Errorf("after drain: %d bytes dirty, %s; want 0 and writethrough (held)", d, mode)
+		}
+	})
+
+	t.Run("UndrainRestoresWriteback", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "undrain.yml")
+		if !ok || r.changed == 0 {
+			t.Errorf("undrain: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		if _, mode := b.nodeStatus(t); mode != "writeback" {
+			t.Errorf("after undrain: %s, want writeback", mode)
+		}
+	})
+
+	t.Run("CheckReportsTheVerdicts", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "check.yml")
+		if !ok || r.changed != 0 || !strings.Contains(out, volumeName+": Safe, writeback allowed: True") {
+			t.Errorf("check: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+	})
+
+	t.Run("StoppingTheUnitFlushes", func(t *testing.T) {
+		b.dirty(t)
+		b.sh(t, "systemctl stop flashcache.service")
+		if d, mode := b.nodeStatus(t); d != 0 || mode != "writeback" {
+			t.Errorf("after the shutdown flush: %d bytes dirty, %s; want 0 and the configured writeback", d, mode)
+		}
+		b.sh(t, "systemctl start flashcache.service")
+	})
+
+	t.Run("DatabaseSettingsRole", func(t *testing.T) {
+		play := filepath.Join(testenv.RepoRoot(), "operator", "test", "ansible", "testdata", "mysql-settings.yml")
+		out, r, ok := b.playbook(t, play)
+		if !ok || r.changed == 0 {
+			t.Fatalf("flashcache_mysql: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		got := b.sh(t, "cat /etc/mysql/mariadb.conf.d/60-flashcache.cnf")
+		for _, want := range []string{"innodb_flush_log_at_trx_commit = 1", "sync_binlog = 1", "innodb_flush_method = O_DIRECT"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the option file lacks %q:\n%s", want, got)
+			}
+		}
+		if out, r, ok := b.playbook(t, play); !ok || r.changed != 0 {
+			t.Errorf("second run: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		if out, _, ok := b.playbook(t, play, "-e", "flashcache_mysql_flush_log_at_trx_commit=3"); ok || !strings.Contains(out, "flashcache_mysql_flush_log_at_trx_commit") {
+			t.Errorf("a value out of its choices: want a failure naming it:\n%s", tail(out))
+		}
+	})
+
+	t.Run("TeardownRefusesWithoutConfirmation", func(t *testing.T) {
+		out, _, ok := b.playbook(t, "teardown.yml")
+		if ok || !strings.Contains(out, "flashcache_teardown_confirm=vm") {
+			t.Errorf("teardown without confirmation: want a refusal naming flashcache_teardown_confirm:\n%s", tail(out))
+		}
+		if got := b.sh(t, "test -e /dev/flashcache/"+volumeName+" && echo present"); got != "present" {
+			t.Errorf("the volume is gone after a refused teardown")
+		}
+	})
+
+	t.Run("TeardownWithConfirmation", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "teardown.yml", "-e", "flashcache_teardown_confirm=vm")
+		if !ok || r.changed == 0 {
+			t.Fatalf("teardown: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		if got := b.sh(t, "ls /dev/flashcache/ 2>/dev/null; wipefs --no-act --output TYPE --noheadings "+hdd.ByID()+"; systemctl is-enabled flashcache.service || true"); strings.Contains(got, volumeName) || strings.Contains(got, "bcache") || !strings.Contains(got, "disabled") {
+			t.Errorf("after teardown: %q", got)
+		}
+	})
+}
+
+// assertUntouched checks that nothing of the role reached the host.
+func (b *bed) assertUntouched(t *testing.T) {
+	t.Helper()
+	if got := b.sh(t, "ls /usr/local/bin/flashcache /etc/flashcache /etc/systemd/system/flashcache.service 2>/dev/null; ls /sys/fs/bcache/ | grep -c -- - || true; wipefs --no-act --noheadings /dev/disk/by-id/*fc-ansible* 2>/dev/null | wc -l"); got != "0\n0" {
+		t.Errorf("the host was changed: %q", got)
+	}
+}
+
+func writeInventory(t *testing.T, path string, vm *vmharness.VM, binary string, nvme, hdd vmharness.Disk) {
+	t.Helper()
+	ssh := vm.SSHCommand() // ssh -i KEY -p PORT -o ... root@127.0.0.1
+	var key, port string
+	var options []string
+	for i := 1; i < len(ssh)-1; i++ {
+		switch ssh[i] {
+		case "-i":
+			key = ssh[i+1]
+			i++
+		case "-p":
+			port = ssh[i+1]
+			i++
+		case "-o":
+			options = append(options, "-o "+ssh[i+1])
+			i++
+		}
+	}
+	inventory := map[string]any{"flashcache": map[string]any{"hosts": map[string]any{"vm": map[string]any{
+		"ansible_host": "127.0.0.1", "ansible_port": port, "ansible_user": "root",
+		"ansible_ssh_private_key_file": key, "ansible_ssh_common_args": strings.Join(options, " "),
+		"ansible_python_interpreter": "/usr/bin/python3",
+		"flashcache_binary_src":      binary,
+		"flashcache_volumes": []map[string]any{{
+			"name": volumeName, "cacheDevice": map[string]any{"path": nvme.ByID()},
+			"backingDevice": map[string]any{"path": hdd.ByID()}, "mode": "writeback",
+			// The data written stays on the cache until a flush: writeback idles below 40%
+			// dirty, and no time-based flush runs.
+			"dirtyThresholdPercent": 40, "flushPeriod": "0s",
+		}},
+	}}}}
+	raw, err := yaml.Marshal(inventory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serve offers the binary over HTTP to the guest (QEMU forwards its vmharness.HostAddr to this
+// host's loopback) and returns its URL and SHA-256.
+func serve(t *testing.T, binary string) (string, string) {
+	t.Helper()
+	raw, err := os.ReadFile(binary)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(raw)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write(raw)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return fmt.Sprintf("http://%s:%d/flashcache", vmharness.HostAddr, ln.Addr().(*net.TCPAddr).Port), hex.EncodeToString(sum[:])
+}
+
+// tail is the end of a playbook's output, where its failure is.
+func tail(out string) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) > 60 {
+		lines = lines[len(lines)-60:]
+	}
+	return strings.Join(lines, "\n")
+}
