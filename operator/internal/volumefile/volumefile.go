@@ -136,6 +136,11 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 		} else if err != nil {
 			return nil, fmt.Errorf("document %d: %w", doc, err)
 		}
+		// A document of comments only (a file's header before its first ---) decodes to
+		// nothing; kubectl skips it too.
+		if trimmed := bytes.TrimSpace(raw); len(trimmed) == 0 || bytes.Equal(trimmed, []byte("null")) {
+			continue
+		}
 		// Numbers as the API server sees them: int64 where whole (encoding/json would give
 		// float64, which the schema's integer and int-or-string checks refuse).
 		var obj map[string]any

@@ -112,3 +112,15 @@ func unwrapAll(err error) error {
 		err = u.Unwrap()
 	}
 }
+
+// A header of comments before the first --- is a document with nothing in it, as Ansible's
+// template writes; a file of comments only still has no volume, which is refused.
+func TestReadSkipsDocumentsOfCommentsOnly(t *testing.T) {
+	vols, err := Read(context.Background(), strings.NewReader("# managed by Ansible\n---\n"+twoVolumes+"---\n# the end\n"))
+	if err != nil || len(vols) != 2 {
+		t.Fatalf("volumes %+v, err %v: want the two volumes", vols, err)
+	}
+	if _, err := Read(context.Background(), strings.NewReader("# managed by Ansible\n# no volumes on this host\n")); err == nil {
+		t.Error("a file of comments only accepted")
+	}
+}

@@ -57,6 +57,7 @@ func (b *bed) playbook(t *testing.T, name string, args ...string) (string, recap
 	cmd.Dir = testenv.RepoRoot()
 	cmd.Env = append(os.Environ(), "ANSIBLE_HOME="+filepath.Join(b.dir, "ansible-home"),
 		"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=True", "ANSIBLE_RETRY_FILES_ENABLED=False",
+		"ANSIBLE_ROLES_PATH="+filepath.Join(testenv.RepoRoot(), "roles"),
 		"PATH="+b.ansible+":"+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	text := string(out)
@@ -236,9 +237,11 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
 		}
 		t.Logf("drain of %.1f MiB took %s", float64(dirty)/(1<<20), time.Since(began).Round(time.Second))
-		if !regexp.MustCompile(`"msg": "` + volumeName + `: [0-9.]+ MiB dirty`).MatchString(out) {
-			t.Errorf("drain printed no progress:\n%s", tail(out))
+		progress := regexp.MustCompile(`"msg": "(` + volumeName + `: [0-9.]+ MiB dirty[^"]*)"`).FindAllStringSubmatch(out, -1)
+		if len(progress) == 0 {
+			t.Fatalf("drain printed no progress:\n%s", tail(out))
 		}
+		t.Logf("%d progress lines, first %q, last %q", len(progress), progress[0][1], progress[len(progress)-1][1])
 		if d, mode := b.nodeStatus(t); d != 0 || mode != "writethrough" {
 			t.Errorf("after drain: %d bytes dirty, %s; want 0 and writethrough (held)", d, mode)
 		}
