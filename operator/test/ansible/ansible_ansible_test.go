@@ -237,7 +237,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
 		}
 		t.Logf("drain of %.1f MiB took %s", float64(dirty)/(1<<20), time.Since(began).Round(time.Second))
-		progress := regexp.MustCompile(`"msg": "(` + volumeName + `: [0-9.]+ MiB dirty[^"]*)"`).FindAllStringSubmatch(out, -1)
+		progress := regexp.MustCompile(`"msg": "(`+volumeName+`: [0-9.]+ MiB dirty[^"]*)"`).FindAllStringSubmatch(out, -1)
 		if len(progress) == 0 {
 			t.Fatalf("drain printed no progress:\n%s", tail(out))
 		}
