@@ -8,7 +8,8 @@ import (
 
 // Tool is an external command the engine may run, and the packages that provide it. The image's
 // Dockerfile installs the Debian packages of this table and nothing else, `flashcache node
-// tools` checks a host against it, and the Ansible role installs its RHEL packages.
+// tools` checks a host against it, and the Ansible role installs its Debian or RHEL packages
+// (roles/flashcache/vars, kept equal to this table by a test).
 type Tool struct {
 	// Name is the command as Runner runs it, looked up on PATH.
 	Name string `json:"name"`
@@ -38,7 +39,7 @@ var Tools = []Tool{
 	{Name: "nvme", Debian: "nvme-cli", RHEL: "nvme-cli", Why: "reads an NVMe cache's volatile write cache setting"},
 	{Name: "sdparm", Debian: "sdparm", RHEL: "sdparm", Why: "reads a SCSI disk's write cache setting"},
 	{Name: "hdparm", Debian: "hdparm", RHEL: "hdparm", Why: "reads an ATA disk's write cache setting"},
-	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "logs in to the iSCSI target of a backing device", Planned: "iSCSI backing devices (spec.backing.iscsi)"},
+	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "logs in to the iSCSI target of a backing device", Planned: "iSCSI backing devices (spec.backingDevice.iscsi)"},
 }
 
 // ToolNamed returns the entry of Tools for a command name.
