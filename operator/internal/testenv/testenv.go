@@ -24,6 +24,9 @@ func RepoRoot() string {
 // CRDDir is the folder of generated CustomResourceDefinitions.
 func CRDDir() string { return filepath.Join(RepoRoot(), "crds") }
 
+// ChartDir is the folder of the Helm chart.
+func ChartDir() string { return filepath.Join(RepoRoot(), "charts", "flashcache") }
+
 // Assets is the folder of control-plane binaries, or an error that says how to build them.
 func Assets() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")

@@ -16,8 +16,6 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 )
 
-func chartDir() string { return filepath.Join(testenv.RepoRoot(), "charts", "flashcache") }
-
 // leafPaths lists the dotted paths of values' leaves; an empty map or list is a leaf.
 func leafPaths(prefix string, v any, out *[]string) {
 	m, ok := v.(map[string]any)
@@ -38,7 +36,7 @@ var readmeRow = regexp.MustCompile("(?m)^\\| `([A-Za-z0-9.]+)` \\| `([^`]*)` \\|
 
 // Every value a user can set is in the README's table, and every row of the table is a value.
 func TestChartReadmeDocumentsEveryValue(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(chartDir(), "values.yaml"))
+	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "values.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +44,7 @@ func TestChartReadmeDocumentsEveryValue(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &values); err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile(filepath.Join(chartDir(), "README.md"))
+	readme, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,13 +85,13 @@ func TestChartCRDsAreTheRepositorysCRDs(t *testing.T) {
 	if err != nil || len(want) == 0 {
 		t.Fatalf("no CRDs in %s (%v)", testenv.CRDDir(), err)
 	}
-	got, _ := filepath.Glob(filepath.Join(chartDir(), "crds", "*.yaml"))
+	got, _ := filepath.Glob(filepath.Join(testenv.ChartDir(), "crds", "*.yaml"))
 	if len(got) != len(want) {
 		t.Errorf("chart has %d CRD files, crds/ has %d", len(got), len(want))
 	}
 	for _, path := range want {
 		a, _ := os.ReadFile(path)
-		b, err := os.ReadFile(filepath.Join(chartDir(), "crds", filepath.Base(path)))
+		b, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "crds", filepath.Base(path)))
 		if err != nil || !bytes.Equal(a, b) {
 			t.Errorf("charts/flashcache/crds/%s differs from crds/ (run make generate): %v", filepath.Base(path), err)
 		}
@@ -111,7 +109,7 @@ func TestChartCopiesAreTheProjectsFiles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, err := os.ReadFile(filepath.Join(chartDir(), copy))
+		b, err := os.ReadFile(filepath.Join(testenv.ChartDir(), copy))
 		if err != nil || !bytes.Equal(a, b) {
 			t.Errorf("charts/flashcache/%s differs from %s (run make generate): %v", copy, source, err)
 		}

@@ -5,7 +5,6 @@ package helm
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,15 +44,7 @@ func helm(t *testing.T, args ...string) (string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	cmd := exec.Command(filepath.Join(assets, "helm"), args...)
-	cmd.Dir = chartDir()
-	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+home, "HELM_CONFIG_HOME="+home, "HELM_DATA_HOME="+home)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("helm %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out), nil
+	return cluster.RunHelm(context.Background(), assets, t.TempDir(), "", args...)
 }
 
 func valuesArgs(files []string) []string {
