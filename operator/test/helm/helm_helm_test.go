@@ -8,12 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
@@ -78,6 +83,7 @@ func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
 		{"storageClass.reclaimPolicy=Recycle", "/storageClass/reclaimPolicy"},
 		{"agent.priorityClass.value=2000000000", "/agent/priorityClass/value"},
 		{"operator.replica=2", "replica"},
+		{"agent.iscsi.secretNamespaces={Databases}", "/agent/iscsi/secretNamespaces/0"},
 	} {
 		out, err := helm(t, "template", "x", ".", "--set", tc.set)
 		if err == nil {
@@ -87,6 +93,150 @@ func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
 		if !strings.Contains(out, tc.field) {
 			t.Errorf("--set %s: the error does not name %s:\n%s", tc.set, tc.field, out)
 		}
+	}
+}
+
+// With agent.iscsi.enabled, the agent runs in the host's network namespace with the host's
+// iSCSI state, whatever agent.hostNetwork says; without it, neither. Either way the agent may
+// get Secrets in the release namespace and each of agent.iscsi.secretNamespaces, once each, and
+// nothing else namespaced.
+func TestChartRendersTheAgentsISCSIAccess(t *testing.T) {
+	iscsiMounts := []string{"/etc/iscsi", "/var/lib/iscsi", "/run/lock/iscsi"}
+	for _, tc := range []struct {
+		name       string
+		args       []string
+		agent      string // the name of the agent's objects
+		iscsi      bool
+		namespaces []string
+	}{
+		{"defaults", nil, "flashcache-agent", false, []string{"flashcache-system"}},
+		{"all-options", valuesArgs(valueSets["all-options"]), "fc-agent", true, []string{"databases", "flashcache-system"}},
+		{"iscsi-without-hostNetwork", []string{"--set", "agent.iscsi.enabled=true", "--set", "agent.hostNetwork=false",
+			"--set", "agent.iscsi.secretNamespaces={databases,flashcache-system,tenant-a,databases}"},
+			"flashcache-agent", true, []string{"databases", "flashcache-system", "tenant-a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := helm(t, append([]string{"template", "flashcache", ".", "--namespace", "flashcache-system"}, tc.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objects := renderedObjects(t, out)
+
+			var agent *appsv1.DaemonSet
+			for _, o := range objects {
+				if o.Kind == "DaemonSet" {
+					agent = &appsv1.DaemonSet{}
+					decode(t, o.raw, agent)
+				}
+			}
+			if agent == nil {
+				t.Fatal("no DaemonSet rendered")
+			}
+			pod := agent.Spec.Template.Spec
+			hostNetwork := tc.iscsi || tc.name == "all-options" // all-options sets agent.hostNetwork too
+			if pod.HostNetwork != hostNetwork {
+				t.Errorf("agent hostNetwork %v, want %v", pod.HostNetwork, hostNetwork)
+			}
+			if hostNetwork && pod.DNSPolicy != corev1.DNSClusterFirstWithHostNet {
+				t.Errorf("agent dnsPolicy %q, want %q with the host's network", pod.DNSPolicy, corev1.DNSClusterFirstWithHostNet)
+			}
+			volumes := map[string]corev1.Volume{}
+			for _, v := range pod.Volumes {
+				volumes[v.Name] = v
+			}
+			mounted := map[string]bool{}
+			for _, m := range pod.Containers[0].VolumeMounts {
+				v, ok := volumes[m.Name]
+				if !ok {
+					t.Errorf("mount %s: no volume %s", m.MountPath, m.Name)
+					continue
+				}
+				if v.HostPath == nil || v.HostPath.Path != m.MountPath {
+					continue
+				}
+				mounted[m.MountPath] = true
+				if slices.Contains(iscsiMounts, m.MountPath) {
+					if v.HostPath.Type == nil || *v.HostPath.Type != corev1.HostPathDirectoryOrCreate {
+						t.Errorf("host path %s: type %v, want DirectoryOrCreate", m.MountPath, v.HostPath.Type)
+					}
+					if m.ReadOnly {
+						t.Errorf("host path %s is mounted read-only: iscsiadm writes its records and locks there", m.MountPath)
+					}
+				}
+			}
+			for _, path := range iscsiMounts {
+				if mounted[path] != tc.iscsi {
+					t.Errorf("host's %s mounted at the same path: %v, want %v", path, mounted[path], tc.iscsi)
+				}
+			}
+
+			roles := map[string]int{}
+			bindings := map[string]int{}
+			for _, o := range objects {
+				switch o.Kind {
+				case "Role":
+					var role rbacv1.Role
+					decode(t, o.raw, &role)
+					if role.Name != tc.agent {
+						continue
+					}
+					roles[role.Namespace]++
+					want := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}}}
+					if !reflect.DeepEqual(role.Rules, want) {
+						t.Errorf("Role %s/%s: rules %+v, want only get on secrets", role.Namespace, role.Name, role.Rules)
+					}
+				case "RoleBinding":
+					var binding rbacv1.RoleBinding
+					decode(t, o.raw, &binding)
+					if binding.Name != tc.agent {
+						continue
+					}
+					bindings[binding.Namespace]++
+					want := []rbacv1.Subject{{Kind: "ServiceAccount", Name: tc.agent, Namespace: "flashcache-system"}}
+					if binding.RoleRef.Kind != "Role" || binding.RoleRef.Name != tc.agent || !reflect.DeepEqual(binding.Subjects, want) {
+						t.Errorf("RoleBinding %s/%s: %+v to %+v, want the Role %s to the agent's ServiceAccount",
+							binding.Namespace, binding.Name, binding.RoleRef, binding.Subjects, tc.agent)
+					}
+				}
+			}
+			for _, ns := range tc.namespaces {
+				if roles[ns] != 1 || bindings[ns] != 1 {
+					t.Errorf("namespace %s: %d agent Roles and %d RoleBindings, want one of each", ns, roles[ns], bindings[ns])
+				}
+			}
+			if len(roles) != len(tc.namespaces) || len(bindings) != len(tc.namespaces) {
+				t.Errorf("agent Roles in %v and RoleBindings in %v, want exactly %v", roles, bindings, tc.namespaces)
+			}
+		})
+	}
+}
+
+type renderedObject struct {
+	Kind string `json:"kind"`
+	raw  []byte
+}
+
+// renderedObjects splits helm template's output into its objects.
+func renderedObjects(t *testing.T, manifests string) []renderedObject {
+	t.Helper()
+	var objects []renderedObject
+	for _, doc := range strings.Split(manifests, "\n---\n") {
+		var o renderedObject
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			t.Fatalf("%v in:\n%s", err, doc)
+		}
+		if o.Kind != "" {
+			o.raw = []byte(doc)
+			objects = append(objects, o)
+		}
+	}
+	return objects
+}
+
+func decode(t *testing.T, raw []byte, into any) {
+	t.Helper()
+	if err := yaml.UnmarshalStrict(raw, into); err != nil {
+		t.Fatalf("%v in:\n%s", err, raw)
 	}
 }
 
@@ -105,7 +255,8 @@ func TestChartOnARealAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	installThirdPartyCRDs(t, ctx, kubectl, c.Dir)
-	for _, ns := range []string{"flashcache-system", "monitoring"} {
+	// databases: the namespace all-options.yaml lets the agent read CHAP Secrets in.
+	for _, ns := range []string{"flashcache-system", "monitoring", "databases"} {
 		if _, err := kubectl.Run("create", "namespace", ns); err != nil {
 			t.Fatal(err)
 		}
@@ -155,9 +306,12 @@ func TestChartOnARealAPIServer(t *testing.T) {
 			t.Error(err)
 		}
 		if _, err := kubectl.Run("get", "priorityclass/flashcache-node-critical", "storageclass/flashcache",
-			"validatingwebhookconfiguration/flashcache-eviction", "-n", "flashcache-system", "role/flashcache-operator"); err != nil {
+			"validatingwebhookconfiguration/flashcache-eviction", "-n", "flashcache-system", "role/flashcache-operator", "role/flashcache-agent"); err != nil {
 			t.Error(err)
 		}
+		// The agent may get (CHAP) Secrets in the release namespace only, by default.
+		agentCan(t, kubectl, "get", "secrets", "flashcache-system", true)
+		agentCan(t, kubectl, "get", "secrets", "databases", false)
 
 		// The operator injects the webhook's CA bundle after the install; an upgrade must keep it.
 		caBundle := `{"webhooks":[{"name":"eviction.flashcache.io","clientConfig":{"caBundle":"Y2E="}}]}`
@@ -166,7 +320,8 @@ func TestChartOnARealAPIServer(t *testing.T) {
 		}
 
 		if _, err := c.Helm(ctx, "upgrade", "flashcache", ".", "--namespace", "flashcache-system", "--wait", "--timeout", "3m",
-			"--set", "operator.replicas=3", "--set", "metrics.podMonitor.enabled=true", "--set", "agent.flushTimeout=20m"); err != nil {
+			"--set", "operator.replicas=3", "--set", "metrics.podMonitor.enabled=true", "--set", "agent.flushTimeout=20m",
+			"--set", "agent.iscsi.enabled=true", "--set", "agent.iscsi.secretNamespaces={databases}"); err != nil {
 			t.Fatal(err)
 		}
 		operator = deployment(t, ctx, c, "flashcache-operator")
@@ -180,6 +335,26 @@ func TestChartOnARealAPIServer(t *testing.T) {
 		if args := strings.Join(agent.Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(args, "--flush-timeout=20m") {
 			t.Errorf("agent after upgrade: args %q, want --flush-timeout=20m", args)
 		}
+		// agent.iscsi.enabled: the host's network (for iscsid's abstract socket) and its iSCSI
+		// records, and CHAP Secrets readable in the extra namespace too, with get only.
+		if !agent.Spec.Template.Spec.HostNetwork {
+			t.Error("agent after upgrade with agent.iscsi.enabled: not in the host's network")
+		}
+		etcISCSI := false
+		for _, m := range agent.Spec.Template.Spec.Containers[0].VolumeMounts {
+			etcISCSI = etcISCSI || m.MountPath == "/etc/iscsi"
+		}
+		if !etcISCSI {
+			t.Errorf("agent after upgrade with agent.iscsi.enabled: no /etc/iscsi mount in %+v", agent.Spec.Template.Spec.Containers[0].VolumeMounts)
+		}
+		for _, ns := range []string{"flashcache-system", "databases"} {
+			if _, err := kubectl.Run("-n", ns, "get", "role/flashcache-agent", "rolebinding/flashcache-agent"); err != nil {
+				t.Error(err)
+			}
+			agentCan(t, kubectl, "get", "secrets", ns, true)
+			agentCan(t, kubectl, "list", "secrets", ns, false)
+		}
+		agentCan(t, kubectl, "get", "secrets", "kube-system", false)
 		if out, err := kubectl.Run("get", "validatingwebhookconfiguration/flashcache-eviction",
 			"-o", "jsonpath={.webhooks[0].clientConfig.caBundle}"); err != nil || out != "Y2E=" {
 			t.Errorf("the webhook's CA bundle after the upgrade: %q (%v), want the injected one kept", out, err)
@@ -213,7 +388,27 @@ func TestChartOnARealAPIServer(t *testing.T) {
 		if out, _ := kubectl.Run("get", "validatingwebhookconfiguration/flashcache-eviction", "clusterrole/flashcache-operator", "--ignore-not-found"); strings.TrimSpace(out) != "" {
 			t.Errorf("left behind after uninstall:\n%s", out)
 		}
+		if out, _ := kubectl.Run("-n", "databases", "get", "role/flashcache-agent", "rolebinding/flashcache-agent", "--ignore-not-found"); strings.TrimSpace(out) != "" {
+			t.Errorf("left behind in namespace databases after uninstall:\n%s", out)
+		}
 	})
+}
+
+// agentCan checks what the API server's authorizer lets the agent's ServiceAccount do.
+func agentCan(t *testing.T, kubectl *testenv.Kubectl, verb, resource, namespace string, want bool) {
+	t.Helper()
+	// can-i exits non-zero for "no"; its answer is the first word of its output.
+	out, err := kubectl.Run("auth", "can-i", verb, resource, "-n", namespace,
+		"--as", "system:serviceaccount:flashcache-system:flashcache-agent")
+	answer := ""
+	if words := strings.Fields(out); len(words) > 0 {
+		answer = words[0] // "no - <reason>" when the authorizer gives one
+	}
+	if answer != "yes" && answer != "no" {
+		t.Errorf("kubectl auth can-i %s %s -n %s: %v", verb, resource, namespace, err)
+	} else if got := answer == "yes"; got != want {
+		t.Errorf("the agent can %s %s in %s: %v, want %v", verb, resource, namespace, got, want)
+	}
 }
 
 func deployment(t *testing.T, ctx context.Context, c *cluster.Cluster, name string) *appsv1.Deployment {
