@@ -42,6 +42,7 @@ packages=(
 	openssh-server
 	python3 python3-apt # Ansible's modules run on the guest's Python; its apt module needs python3-apt
 	open-iscsi # iscsiadm, a tool of the engine's table (iSCSI backing devices)
+	targetcli-fb # an LIO iSCSI target in the guest, for the tests of iSCSI backing devices
 )
 
 # Only the modules needed to mount the root disk go into the initrd: the default (MODULES=most)

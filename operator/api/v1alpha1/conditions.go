@@ -83,6 +83,13 @@ const (
 	ReasonRunning = "Running"
 	// ReasonNoCache: the bcache device runs without its cache set.
 	ReasonNoCache = "NoCache"
+	// ReasonISCSISessionLost: the backing LUN's iSCSI session is down (Degraded=True); the
+	// message says what happens to I/O and to dirty data meanwhile. The volume returns to Ready
+	// by itself when the session does.
+	ReasonISCSISessionLost = "ISCSISessionLost"
+	// ReasonCHAPSecretUnreadable: the CHAP Secret is missing, lacks a key, or the agent may not
+	// read it. The message names the Secret and the key, never a value.
+	ReasonCHAPSecretUnreadable = "CHAPSecretUnreadable"
 )
 
 const (

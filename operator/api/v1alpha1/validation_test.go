@@ -144,12 +144,16 @@ func TestKubectlExplainShowsDocumentedFields(t *testing.T) {
 
 func TestSamplesApplyCleanlyAndListWithColumns(t *testing.T) {
 	samples := filepath.Join(testenv.RepoRoot(), "operator", "config", "samples")
+	// The iSCSI sample's CHAP Secret lives in the chart's namespace.
+	if out, err := kubectl.Run("create", "namespace", "flashcache-system"); err != nil && !strings.Contains(out+err.Error(), "AlreadyExists") {
+		t.Fatal(err)
+	}
 	out, err := kubectl.Run("apply", "-f", samples)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(out, "created") != 2 {
-		t.Errorf("want both samples created:\n%s", out)
+	if strings.Count(out, "created") != 3 {
+		t.Errorf("want both volumes and the CHAP Secret created:\n%s", out)
 	}
 	t.Cleanup(func() { _, _ = kubectl.Run("delete", "-f", samples, "--wait=false") })
 	out, err = kubectl.Run("get", "fcv")

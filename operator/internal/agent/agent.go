@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +33,7 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/units"
+	"github.com/flashcache/flashcache/operator/internal/volumefile"
 )
 
 // FieldManager is the agent's server-side apply identity; the operator uses its own.
@@ -47,6 +49,8 @@ const (
 	// notices the fix without hammering the disks.
 	retryRefused = 2 * time.Minute
 	retryBusy    = 5 * time.Second
+	// retrySessionLost: a lost iSCSI session usually comes back by itself; Ready should follow soon.
+	retrySessionLost = 10 * time.Second
 	// lockWait is how long a run waits for another one on the same disks before it says Busy.
 	lockWait = 2 * time.Second
 	// progressEvery bounds how often a running flush writes its progress to status.
@@ -56,6 +60,9 @@ const (
 // Reconciler drives the engine for the FlashCacheVolumes whose spec.nodeName is NodeName.
 type Reconciler struct {
 	client.Client
+	// Secrets reads CHAP Secrets straight from the API server: the agent neither lists nor
+	// watches Secrets, so it caches none.
+	Secrets  client.Reader
 	NodeName string
 	Engine   *engine.Engine
 	Recorder events.EventRecorder
@@ -84,6 +91,7 @@ type Reconciler struct {
 // +kubebuilder:rbac:groups=flashcache.io,resources=flashcachevolumes/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=flashcache-system
 
 // Reconcile brings one volume of this node to its spec and reports it.
 func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -99,6 +107,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, nil
 	}
 	v := engine.Volume{Name: fcv.Name, Spec: fcv.Spec}
+	var err error
+	if v.CHAP, err = r.chap(ctx, &fcv); err != nil {
+		return r.failed(ctx, &fcv, newReport(&fcv, r.now()), "read CHAP secret", err)
+	}
 	if !fcv.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, &fcv, v)
 	}
@@ -269,6 +281,33 @@ func (r *Reconciler) flushPeriodPass(ctx context.Context, fcv *fcv1.FlashCacheVo
 	return true, nil
 }
 
+// chap reads the credentials of the volume's iSCSI CHAP Secret, if it names one.
+func (r *Reconciler) chap(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*blockdev.CHAP, error) {
+	src := fcv.Spec.BackingDevice.ISCSI
+	if src == nil || src.CHAPSecretRef == nil {
+		return nil, nil
+	}
+	ref := src.CHAPSecretRef
+	reader := r.Secrets
+	if reader == nil {
+		reader = r.Client
+	}
+	var secret corev1.Secret
+	if err := reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
+		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
+			// Retried slowly, like a refusal: a person must create the Secret or let the agent read it.
+			return nil, &engine.Refusal{Reason: fcv1.ReasonCHAPSecretUnreadable, Field: "spec.backingDevice.iscsi.chapSecretRef",
+				Message: fmt.Sprintf("Secret %s/%s: %v (the agent reads Secrets only in the namespaces the chart grants it)", ref.Namespace, ref.Name, err)}
+		}
+		return nil, fmt.Errorf("reading Secret %s/%s: %w", ref.Namespace, ref.Name, err)
+	}
+	chap, err := volumefile.CHAPFromSecret(&secret)
+	if err != nil {
+		return nil, &engine.Refusal{Reason: fcv1.ReasonCHAPSecretUnreadable, Field: "spec.backingDevice.iscsi.chapSecretRef", Message: err.Error()}
+	}
+	return chap, nil
+}
+
 // flushWanted says why the volume must be flushed and held now, or "" when nothing wants it.
 func (r *Reconciler) flushWanted(fcv *fcv1.FlashCacheVolume, node *corev1.Node) string {
 	if node.Spec.Unschedulable {
@@ -330,7 +369,12 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	r.Metrics.EngineError(fcv.Name, op)
 	reason, result, ret := fcv1.ReasonApplyFailed, ctrl.Result{}, err
 	var refusal *engine.Refusal
+	var lost *engine.SessionLostError
 	switch {
+	case errors.As(err, &lost):
+		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
+	case errors.As(err, &refusal) && refusal.Reason == fcv1.ReasonCHAPSecretUnreadable:
+		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryRefused}, nil
 	case errors.As(err, &refusal):
 		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
 	case errors.Is(err, blockdev.ErrNotFound) || errors.Is(err, os.ErrNotExist):

@@ -58,6 +58,17 @@ func (r Runner) Run(ctx context.Context, name string, args ...string) (string, e
 // name that Tools does not declare, so that the table stays the complete list of what the
 // engine runs, and what the image and the hosts must provide.
 func (r Runner) RunInput(ctx context.Context, stdin []byte, name string, args ...string) (string, error) {
+	return r.run(ctx, stdin, nil, name, args...)
+}
+
+// RunRedacted is Run for a command line that carries secrets (CHAP passwords): each of them is
+// replaced by "<redacted>" in the log and in the error, which the agent copies into events and
+// status.
+func (r Runner) RunRedacted(ctx context.Context, secrets []string, name string, args ...string) (string, error) {
+	return r.run(ctx, nil, secrets, name, args...)
+}
+
+func (r Runner) run(ctx context.Context, stdin []byte, secrets []string, name string, args ...string) (string, error) {
 	if _, ok := ToolNamed(name); !ok && !r.alsoAllowed[name] {
 		return "", &UnknownToolError{Name: name}
 	}
@@ -73,12 +84,20 @@ func (r Runner) RunInput(ctx context.Context, stdin []byte, name string, args ..
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
 	}
-	line := strings.Join(append([]string{name}, args...), " ")
+	redact := func(s string) string {
+		for _, secret := range secrets {
+			if secret != "" {
+				s = strings.ReplaceAll(s, secret, "<redacted>")
+			}
+		}
+		return s
+	}
+	line := redact(strings.Join(append([]string{name}, args...), " "))
 	start := time.Now()
 	err := cmd.Run()
 	r.Log.V(1).Info("ran", "command", line, "seconds", time.Since(start).Seconds(), "error", err)
 	if err != nil {
-		ce := &CommandError{Command: line, ExitCode: -1, Stderr: stderr.String(), Err: err}
+		ce := &CommandError{Command: line, ExitCode: -1, Stderr: redact(stderr.String()), Err: err}
 		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) {
 			ce.ExitCode = exitErr.ExitCode()

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr/funcr"
 )
 
 // testRunner may also run the shell utilities these tests drive it with.
@@ -41,5 +43,21 @@ func TestRunnerTimesOut(t *testing.T) {
 	}
 	if time.Since(start) > 5*time.Second {
 		t.Errorf("timeout did not stop the command: %s", time.Since(start))
+	}
+}
+
+func TestRunnerRedactsSecretsFromTheLogAndTheError(t *testing.T) {
+	var logged strings.Builder
+	r := testRunner()
+	r.Log = funcr.New(func(prefix, args string) { logged.WriteString(args) }, funcr.Options{Verbosity: 1})
+	_, err := r.RunRedacted(context.Background(), []string{"s3cr3t-pass"}, "sh", "-c", "echo login with $0 refused >&2; exit 24", "s3cr3t-pass")
+	if err == nil {
+		t.Fatal("want an error")
+	}
+	if strings.Contains(err.Error(), "s3cr3t-pass") || strings.Contains(logged.String(), "s3cr3t-pass") {
+		t.Errorf("the secret leaked:\nerror: %v\nlog: %s", err, logged.String())
+	}
+	if !strings.Contains(err.Error(), "login with <redacted> refused") || !strings.Contains(logged.String(), "<redacted>") {
+		t.Errorf("want the redacted forms:\nerror: %v\nlog: %s", err, logged.String())
 	}
 }

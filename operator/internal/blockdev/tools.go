@@ -39,7 +39,7 @@ var Tools = []Tool{
 	{Name: "nvme", Debian: "nvme-cli", RHEL: "nvme-cli", Why: "reads an NVMe cache's volatile write cache setting"},
 	{Name: "sdparm", Debian: "sdparm", RHEL: "sdparm", Why: "reads a SCSI disk's write cache setting"},
 	{Name: "hdparm", Debian: "hdparm", RHEL: "hdparm", Why: "reads an ATA disk's write cache setting"},
-	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "logs in to the iSCSI target of a backing device", Planned: "iSCSI backing devices (spec.backingDevice.iscsi)"},
+	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "discovers, logs in to and out of the iSCSI target of a backing device"},
 }
 
 // ToolNamed returns the entry of Tools for a command name.

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/volumefile"
@@ -218,8 +219,12 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 		if err := lockedAct(ctx, e, v, &r, act); err != nil {
 			r.Error = &reportError{Message: err.Error()}
 			var refusal *engine.Refusal
-			if errors.As(err, &refusal) {
+			var lost *engine.SessionLostError
+			switch {
+			case errors.As(err, &refusal):
 				r.Error.Reason, r.Error.Field = refusal.Reason, refusal.Field
+			case errors.As(err, &lost):
+				r.Error.Reason, r.Error.Field = fcv1.ReasonISCSISessionLost, "backingDevice.iscsi"
 			}
 			report.Failed = true
 		}

@@ -33,6 +33,9 @@ func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
 	if p := v.Spec.BackingDevice.Path; p != "" {
 		paths = append(paths, p)
 	}
+	if v.Spec.BackingDevice.ISCSI != nil {
+		paths = append(paths, iscsiLockKey(v))
+	}
 	for i, p := range paths {
 		// One disk may go by several names; the resolved one is what must be exclusive.
 		if real, err := filepath.EvalSymlinks(p); err == nil {

@@ -131,10 +131,10 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 	return o, nil
 }
 
-// backingDevice resolves the backing device: a local path, or (later) an iSCSI LUN.
-func (e *Engine) backingDevice(_ context.Context, v Volume) (blockdev.Device, error) {
+// backingDevice resolves the backing device: a local path, or the LUN of a logged-in session.
+func (e *Engine) backingDevice(ctx context.Context, v Volume) (blockdev.Device, error) {
 	if v.Spec.BackingDevice.ISCSI != nil {
-		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: iSCSI backing devices are not supported by this version of the engine")
+		return e.iscsiBacking(ctx, v)
 	}
 	d, err := blockdev.Inspect(v.Spec.BackingDevice.Path)
 	if err != nil {

@@ -30,6 +30,9 @@ const (
 	StepSetCacheTunable StepKind = "set-cache-tunable"
 	StepLinkStablePath  StepKind = "link-stable-path"
 	StepWriteThrough    StepKind = "disable-backing-write-cache"
+	// The iSCSI steps run before the others: the backing LUN has no device until the login.
+	StepISCSILogin   StepKind = "iscsi-login"
+	StepISCSIStartup StepKind = "iscsi-start-at-boot"
 )
 
 // Step is one action. Steps after the first may name devices that do not exist yet (the cache
@@ -91,6 +94,7 @@ const (
 	ReasonCacheTooSmall     = "CacheDeviceTooSmall"
 	ReasonPartitionMismatch = "CachePartitionMismatch"
 	ReasonDirtyWithoutCache = "DirtyDataWithoutItsCache"
+	ReasonISCSILoginRefused = "ISCSILoginRefused"
 )
 
 const (

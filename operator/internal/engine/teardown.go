@@ -24,6 +24,12 @@ type TeardownResult struct {
 // signatures and the cache partition table we wrote. Devices that are not ours are refused.
 func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Duration) (*TeardownResult, error) {
 	res := &TeardownResult{Steps: []string{}}
+	if v.Spec.BackingDevice.ISCSI != nil {
+		// Our superblock is on the LUN: log in to erase it, even after a boot that did not.
+		if err := e.connectISCSI(ctx, v, &Result{}); err != nil {
+			return res, err
+		}
+	}
 	o, err := e.Observe(ctx, v)
 	if err != nil {
 		return res, err
@@ -100,6 +106,15 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	}
 	if err := e.setHold(v, false); err != nil {
 		return res, err
+	}
+	if v.Spec.BackingDevice.ISCSI != nil {
+		step, err := e.disconnectISCSI(ctx, v)
+		if err != nil {
+			return res, err
+		}
+		if step != "" {
+			res.Steps = append(res.Steps, step)
+		}
 	}
 	res.Changed = len(res.Steps) > 0
 	return res, nil

@@ -12,12 +12,16 @@ import (
 	"path/filepath"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
 // Volume is one FlashCacheVolume as the engine sees it: its name and its spec, defaults filled in.
 type Volume struct {
 	Name string
 	Spec fcv1.FlashCacheVolumeSpec
+	// CHAP holds the credentials of spec.backingDevice.iscsi.chapSecretRef, read by the front
+	// end (the agent from the Secret, `flashcache node` from a Secret in the volume file).
+	CHAP *blockdev.CHAP
 }
 
 // bcacheLabelMax is the size of the label field in a bcache superblock (SB_LABEL_SIZE).

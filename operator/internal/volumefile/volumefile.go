@@ -1,5 +1,6 @@
 // Package volumefile reads the FlashCacheVolume files of `flashcache node` (and the Ansible role):
-// the same YAML as `kubectl apply`, checked and defaulted with the CRD's own OpenAPI schema and
+// the same YAML as `kubectl apply` (FlashCacheVolumes, and the v1 Secrets their iSCSI CHAP
+// references name), checked and defaulted with the CRD's own OpenAPI schema and
 // CEL rules, so a host without Kubernetes refuses exactly what the API server refuses.
 package volumefile
 
@@ -12,6 +13,7 @@ import (
 	"io"
 	"os"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensions "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -26,6 +28,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/config/crd"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
@@ -129,6 +132,7 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 	var volumes []engine.Volume
 	var problems []error
 	seen := map[string]bool{}
+	secrets := map[string]*corev1.Secret{}
 	for doc := 1; ; doc++ {
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
@@ -150,8 +154,18 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 		if obj == nil {
 			continue
 		}
+		if obj["apiVersion"] == "v1" && obj["kind"] == "Secret" {
+			// CHAP credentials for iSCSI backing devices, as on Kubernetes. Its contents
+			// never appear in an error.
+			var secret corev1.Secret
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &secret); err != nil {
+				return nil, fmt.Errorf("document %d: a Secret that does not decode", doc)
+			}
+			secrets[secretKey(secret.Namespace, secret.Name)] = &secret
+			continue
+		}
 		if obj["apiVersion"] != fcv1.GroupVersion.String() || obj["kind"] != "FlashCacheVolume" {
-			return nil, fmt.Errorf("document %d: want apiVersion %s, kind FlashCacheVolume; got %v, %v",
+			return nil, fmt.Errorf("document %d: want apiVersion %s, kind FlashCacheVolume (or v1 Secret); got %v, %v",
 				doc, fcv1.GroupVersion, obj["apiVersion"], obj["kind"])
 		}
 		if err := v.Check(ctx, obj); err != nil {
@@ -168,6 +182,23 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 		seen[fcv.Name] = true
 		volumes = append(volumes, engine.Volume{Name: fcv.Name, Spec: fcv.Spec})
 	}
+	for i := range volumes {
+		ref := chapSecretRef(volumes[i])
+		if ref == nil {
+			continue
+		}
+		secret, ok := secrets[secretKey(ref.Namespace, ref.Name)]
+		if !ok {
+			problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.backingDevice.iscsi.chapSecretRef: no Secret %s in the file", volumes[i].Name, secretKey(ref.Namespace, ref.Name)))
+			continue
+		}
+		chap, err := CHAPFromSecret(secret)
+		if err != nil {
+			problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.backingDevice.iscsi.chapSecretRef: %w", volumes[i].Name, err))
+			continue
+		}
+		volumes[i].CHAP = chap
+	}
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
@@ -175,6 +206,43 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 		return nil, fmt.Errorf("no FlashCacheVolume in the file")
 	}
 	return volumes, nil
+}
+
+// The keys of a CHAP Secret, as Kubernetes' iSCSI volumes name them.
+const (
+	CHAPUsernameKey = "node.session.auth.username"
+	CHAPPasswordKey = "node.session.auth.password"
+)
+
+// CHAPFromSecret reads a CHAP Secret's credentials; an error names the missing key, never a value.
+func CHAPFromSecret(s *corev1.Secret) (*blockdev.CHAP, error) {
+	value := func(key string) string {
+		if v, ok := s.StringData[key]; ok {
+			return v
+		}
+		return string(s.Data[key])
+	}
+	chap := &blockdev.CHAP{Username: value(CHAPUsernameKey), Password: value(CHAPPasswordKey)}
+	for _, kv := range [][2]string{{CHAPUsernameKey, chap.Username}, {CHAPPasswordKey, chap.Password}} {
+		if kv[1] == "" {
+			return nil, fmt.Errorf("Secret %s has no %s", secretKey(s.Namespace, s.Name), kv[0])
+		}
+	}
+	return chap, nil
+}
+
+func chapSecretRef(v engine.Volume) *corev1.SecretReference {
+	if s := v.Spec.BackingDevice.ISCSI; s != nil {
+		return s.CHAPSecretRef
+	}
+	return nil
+}
+
+func secretKey(namespace, name string) string {
+	if namespace == "" {
+		namespace = "default"
+	}
+	return namespace + "/" + name
 }
 
 func nestedString(obj map[string]any, path ...string) (string, bool, error) {

@@ -124,3 +124,43 @@ func TestReadSkipsDocumentsOfCommentsOnly(t *testing.T) {
 		t.Error("a file of comments only accepted")
 	}
 }
+
+const iscsiVolume = `apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: mysql-san}
+spec:
+  nodeName: db1
+  cacheDevice: {path: /dev/disk/by-id/nvme-a}
+  backingDevice:
+    iscsi:
+      portal: 192.0.2.10
+      iqn: iqn.2003-01.org.linux-iscsi.san1:mysql
+      lun: 0
+      chapSecretRef: {namespace: flashcache-system, name: san1-chap}
+`
+
+func TestReadTakesCHAPFromASecretInTheFile(t *testing.T) {
+	secret := "---\napiVersion: v1\nkind: Secret\nmetadata: {namespace: flashcache-system, name: san1-chap}\n" +
+		"data:\n  node.session.auth.username: bXlzcWw=\nstringData:\n  node.session.auth.password: s3cr3t-pass\n"
+	vols, err := Read(context.Background(), strings.NewReader(iscsiVolume+secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := vols[0].CHAP; len(vols) != 1 || c == nil || c.Username != "mysql" || c.Password != "s3cr3t-pass" {
+		t.Errorf("volumes %+v, CHAP %#v", vols, vols[0].CHAP)
+	}
+
+	for name, tc := range map[string]struct{ file, want string }{
+		"no secret":           {iscsiVolume, "chapSecretRef: no Secret flashcache-system/san1-chap in the file"},
+		"secret elsewhere":    {iscsiVolume + strings.Replace(secret, "flashcache-system", "default", 1), "no Secret flashcache-system/san1-chap"},
+		"secret without user": {iscsiVolume + strings.Replace(secret, "  node.session.auth.username: bXlzcWw=\n", "", 1), "has no node.session.auth.username"},
+	} {
+		_, err := Read(context.Background(), strings.NewReader(tc.file))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: err %v, want %q", name, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cr3t-pass") {
+			t.Errorf("%s: the password is in the error: %v", name, err)
+		}
+	}
+}

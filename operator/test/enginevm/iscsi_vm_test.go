@@ -1,0 +1,228 @@
+//go:build vm
+
+package enginevm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flashcache/flashcache/operator/test/vmharness"
+)
+
+// The guest exports its own disks through LIO and logs in to them over 127.0.0.1: the engine
+// sees a real iSCSI session, a real SCSI disk behind it, and real session loss.
+const (
+	targetIQN     = "iqn.2003-01.io.flashcache.vm:san1"
+	chapUser      = "fc-initiator"
+	chapPassword  = "right-password-1234"
+	wrongPassword = "wrong-password-9876"
+	tpg           = "/iscsi/" + targetIQN + "/tpg1"
+)
+
+var (
+	cacheI  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-i", Size: 1 << 30}
+	sanLUN0 = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-san-lun0", Size: 1 << 30}
+	sanLUN1 = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-san-lun1", Size: 256 << 20}
+)
+
+func TestISCSIBackingDevice(t *testing.T) {
+	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	vm, err := vmharness.Boot(ctx, vmharness.Options{
+		Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
+		Disks: []vmharness.Disk{cacheI, sanLUN0, sanLUN1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer vm.Close()
+	g := &guest{t: t, vm: vm, ctx: ctx, dir: t.TempDir()}
+	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The target: two LUNs, CHAP required of every initiator.
+	g.sh(t, strings.Join([]string{
+		"targetcli /backstores/block create name=lun0 dev=" + sanLUN0.ByID(),
+		"targetcli /backstores/block create name=lun1 dev=" + sanLUN1.ByID(),
+		"targetcli /iscsi create " + targetIQN,
+		"targetcli " + tpg + "/luns create /backstores/block/lun0",
+		"targetcli " + tpg + "/luns create /backstores/block/lun1",
+		"targetcli " + tpg + " set attribute authentication=1 generate_node_acls=1 demo_mode_write_protect=0",
+		"targetcli " + tpg + " set auth userid=" + chapUser + " password=" + chapPassword,
+		"systemctl start iscsid",
+	}, " && "))
+	t.Logf("target up; by hand: %s", strings.Join(vm.SSHCommand(), " "))
+
+	volumeFile := func(t *testing.T, name, password string) {
+		t.Helper()
+		doc := fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: san}
+spec:
+  nodeName: vm
+  cacheDevice: {path: %s}
+  backingDevice:
+    iscsi:
+      portal: 127.0.0.1
+      iqn: %s
+      lun: 0
+      chapSecretRef: {namespace: flashcache-system, name: san1-chap}
+%s---
+apiVersion: v1
+kind: Secret
+metadata: {namespace: flashcache-system, name: san1-chap}
+stringData:
+  node.session.auth.username: %s
+  node.session.auth.password: %s
+`, cacheI.ByID(), targetIQN, trusted, chapUser, password)
+		local := filepath.Join(g.dir, name)
+		if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := vm.CopyFile(ctx, local, "/root/"+name, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	volumeFile(t, "san-wrong.yaml", wrongPassword)
+	volumeFile(t, "san.yaml", chapPassword)
+	sessions := func(t *testing.T) string {
+		t.Helper()
+		out, _, _, _ := vm.Run(ctx, "cat /sys/class/iscsi_session/*/state 2>/dev/null")
+		return strings.TrimSpace(out)
+	}
+	sessionState := func(t *testing.T, want string) {
+		t.Helper()
+		deadline := time.Now().Add(90 * time.Second)
+		for sessions(t) != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("session state %q, want %q", sessions(t), want)
+			}
+			time.Sleep(time.Second)
+		}
+	}
+
+	steps := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"WrongCHAPIsRefusedAndNothingIsTouched", func(t *testing.T) {
+			r, code, stderr := g.node(t, "apply", "san-wrong.yaml")
+			if code == 0 || len(r.Volumes) != 1 || r.Volumes[0].Error == nil {
+				t.Fatalf("apply with a wrong password: exit %d\n%s", code, r)
+			}
+			e := r.Volumes[0].Error
+			if e.Reason != "ISCSILoginRefused" || e.Field != "backingDevice.iscsi.chapSecretRef" {
+				t.Errorf("error %s on %s: %s", e.Reason, e.Field, e.Message)
+			}
+			for _, secret := range []string{wrongPassword, chapPassword} {
+				if strings.Contains(e.Message+stderr, secret) {
+					t.Errorf("a password is in the output: %s %s", e.Message, stderr)
+				}
+			}
+			if s := sessions(t); s != "" {
+				t.Errorf("a session is left: %s", s)
+			}
+			if sigs := g.sh(t, "wipefs --noheadings "+cacheI.ByID()); sigs != "" {
+				t.Errorf("the cache device was touched: %s", sigs)
+			}
+		}},
+		{"BuildsAWritebackVolumeOnTheLUN", func(t *testing.T) {
+			r, code, _ := g.node(t, "apply", "san.yaml")
+			if code != 0 || !strings.HasPrefix(r.stepKinds(), "iscsi-login ") {
+				t.Fatalf("apply: exit %d, steps %s\n%s", code, r.stepKinds(), r)
+			}
+			if st := r.Volumes[0].Status; st == nil || st.CacheMode != "writeback" {
+				t.Errorf("status %+v", st)
+			}
+			if s := sessions(t); s != "LOGGED_IN" {
+				t.Errorf("sessions %q", s)
+			}
+			if out := g.sh(t, "iscsiadm -m node -T "+targetIQN+" -p 127.0.0.1:3260 | grep -E '^node.startup'"); !strings.Contains(out, "automatic") {
+				t.Errorf("the session does not start at boot: %s", out)
+			}
+			if out := g.sh(t, "grep -rl "+chapPassword+" /run/flashcache /var/lib/flashcache 2>/dev/null || true"); out != "" {
+				t.Errorf("the password was written to %s", out)
+			}
+			if r, _, _ := g.node(t, "apply", "san.yaml"); r.Changed {
+				t.Errorf("second apply changed: %s", r.stepKinds())
+			}
+		}},
+		{"FlushedDataIsOnTheLUN", func(t *testing.T) {
+			g.sh(t, "head -c 8M /dev/urandom > /root/data && dd if=/root/data of=/dev/flashcache/san bs=1M oflag=direct status=none")
+			if dirty := g.sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/san))/bcache/dirty_data"); dirty == "0.0k" {
+				t.Fatalf("nothing dirty after the write: the volume is not in writeback")
+			}
+			if r, code, _ := g.node(t, "flush", "san.yaml"); code != 0 {
+				t.Fatalf("flush: %s", r)
+			}
+			// The disk the target exports, read on the target's side, past bcache's data offset.
+			offset := g.sh(t, "bcache-super-show "+sanLUN0.ByID()+" | awk '/dev.data.first_sector/ {print $2}'")
+			want := g.sh(t, "md5sum < /root/data")
+			got := g.sh(t, fmt.Sprintf("dd if=%s bs=512 skip=%s count=16384 iflag=direct status=none | md5sum", sanLUN0.ByID(), offset))
+			if got != want {
+				t.Errorf("the LUN holds %s, the data written was %s", got, want)
+			}
+			g.node(t, "release", "san.yaml")
+		}},
+		{"SessionLossIsReportedAndRecoveryNeedsNoRebuild", func(t *testing.T) {
+			g.sh(t, "targetcli "+tpg+" disable")
+			sessionState(t, "FAILED")
+			r, code, _ := g.node(t, "apply", "san.yaml")
+			if code == 0 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Reason != "ISCSISessionLost" ||
+				!strings.Contains(r.Volumes[0].Error.Message, "dirty data stays") {
+				t.Fatalf("apply with the session down: exit %d\n%s", code, r)
+			}
+			g.sh(t, "targetcli "+tpg+" enable")
+			sessionState(t, "LOGGED_IN")
+			r, code, _ = g.node(t, "apply", "san.yaml")
+			if code != 0 || strings.Contains(r.stepKinds(), "make-bcache") || strings.Contains(r.stepKinds(), "iscsi-login") {
+				t.Fatalf("apply after the session returned: exit %d, steps %s", code, r.stepKinds())
+			}
+			if got, want := g.sh(t, "head -c 8M /dev/flashcache/san | md5sum"), g.sh(t, "md5sum < /root/data"); got != want {
+				t.Errorf("after the outage the volume reads %s, want %s", got, want)
+			}
+		}},
+		{"TeardownLogsOutOnlyWhenNoOtherLUNIsInUse", func(t *testing.T) {
+			// Another LUN of the same session, in use: the session must stay.
+			lun1 := g.sh(t, "basename $(readlink -f /dev/disk/by-path/ip-127.0.0.1:3260-iscsi-"+targetIQN+"-lun-1)")
+			g.sh(t, "mkfs.ext4 -q /dev/"+lun1+" && mkdir -p /mnt/lun1 && mount /dev/"+lun1+" /mnt/lun1")
+			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
+			if code != 0 || r.Volumes[0].Teardown == nil {
+				t.Fatalf("teardown: exit %d\n%s", code, r)
+			}
+			steps := strings.Join(r.Volumes[0].Teardown.Steps, "\n")
+			if !strings.Contains(steps, "left the session") || !strings.Contains(steps, "mounted at /mnt/lun1") {
+				t.Errorf("teardown steps:\n%s", steps)
+			}
+			if s := sessions(t); s != "LOGGED_IN" {
+				t.Errorf("the shared session is gone: %q", s)
+			}
+			if sigs := g.sh(t, "wipefs --noheadings "+sanLUN0.ByID()); sigs != "" {
+				t.Errorf("the LUN still carries %s", sigs)
+			}
+			g.sh(t, "umount /mnt/lun1")
+			r, code, _ = g.node(t, "teardown", "san.yaml", "--confirm")
+			steps = strings.Join(r.Volumes[0].Teardown.Steps, "\n")
+			if code != 0 || !strings.Contains(steps, "logged out of "+targetIQN) {
+				t.Fatalf("second teardown: exit %d, steps:\n%s", code, steps)
+			}
+			if s := sessions(t); s != "" {
+				t.Errorf("sessions left: %q", s)
+			}
+			if out, _, code, _ := vm.Run(ctx, "iscsiadm -m node -T "+targetIQN); code == 0 {
+				t.Errorf("the node record is left (it would log in at boot):\n%s", out)
+			}
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) {
+			t.Fatalf("%s failed; the later steps depend on it", s.name)
+		}
+	}
+}
