@@ -164,7 +164,7 @@ stringData:
 			// The disk the target exports, read on the target's side, past bcache's data offset.
 			offset := g.sh(t, "bcache-super-show "+sanLUN0.ByID()+" | awk '/dev.data.first_sector/ {print $2}'")
 			want := g.sh(t, "md5sum < /root/data")
-			got := g.sh(t, fmt.Sprintf("dd if=%s bs=512 skip=%s count=16384 iflag=direct status=none | md5sum", sanLUN0.ByID(), offset))
+			got := g.sh(t, fmt.Sprintf("dd if=%s bs=1M skip=$((%s*512)) count=8 iflag=direct,skip_bytes status=none | md5sum", sanLUN0.ByID(), offset))
 			if got != want {
 				t.Errorf("the LUN holds %s, the data written was %s", got, want)
 			}
