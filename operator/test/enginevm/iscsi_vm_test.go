@@ -203,7 +203,8 @@ stringData:
 			if s := sessions(t); s != "LOGGED_IN" {
 				t.Errorf("the shared session is gone: %q", s)
 			}
-			if sigs := g.sh(t, "wipefs --noheadings "+sanLUN0.ByID()); sigs != "" {
+			// The target's disk, read past the guest's page cache: LIO wrote it underneath.
+			if sigs := g.sh(t, "blockdev --flushbufs "+sanLUN0.ByID()+" && wipefs --noheadings "+sanLUN0.ByID()); sigs != "" {
 				t.Errorf("the LUN still carries %s", sigs)
 			}
 			g.sh(t, "umount /mnt/lun1")
