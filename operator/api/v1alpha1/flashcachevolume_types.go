@@ -123,7 +123,9 @@ type ISCSISource struct {
 
 	// chapSecretRef names a Secret with CHAP credentials (keys node.session.auth.username and
 	// node.session.auth.password). The credentials are never logged or copied into status.
+	// Both name and namespace are required: a FlashCacheVolume has no namespace to imply.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="has(self.name) && self.name != '' && has(self.__namespace__) && self.__namespace__ != ''",message="chapSecretRef needs both name and namespace: a FlashCacheVolume is cluster-scoped, so no namespace is implied"
 	CHAPSecretRef *corev1.SecretReference `json:"chapSecretRef,omitempty"`
 
 	// initiatorName overrides the node's initiator IQN for this session.

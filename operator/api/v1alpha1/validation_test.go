@@ -279,6 +279,11 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 			remove("spec", "backingDevice", "path")(u)
 			set(map[string]any{"portal": "192.0.2.10", "iqn": "iqn.2003-01.org.x:y", "lun": int64(20000)}, "spec", "backingDevice", "iscsi")(u)
 		}, "spec.backingDevice.iscsi.lun", "less than or equal to 16383"},
+		{"chap secret without a namespace", func(u *unstructured.Unstructured) {
+			remove("spec", "backingDevice", "path")(u)
+			set(map[string]any{"portal": "192.0.2.10", "iqn": "iqn.2003-01.org.x:y", "lun": int64(0),
+				"chapSecretRef": map[string]any{"name": "san1-chap"}}, "spec", "backingDevice", "iscsi")(u)
+		}, "spec.backingDevice.iscsi.chapSecretRef", "both name and namespace"},
 		{"iscsi portal with a path", func(u *unstructured.Unstructured) {
 			remove("spec", "backingDevice", "path")(u)
 			set(map[string]any{"portal": "http://192.0.2.10/", "iqn": "iqn.2003-01.org.x:y", "lun": int64(0)}, "spec", "backingDevice", "iscsi")(u)

@@ -51,6 +51,8 @@ const (
 	retryBusy    = 5 * time.Second
 	// retrySessionLost: a lost iSCSI session usually comes back by itself; Ready should follow soon.
 	retrySessionLost = 10 * time.Second
+	// retryCredentials: a CHAP Secret being fixed should take effect within a minute.
+	retryCredentials = 30 * time.Second
 	// lockWait is how long a run waits for another one on the same disks before it says Busy.
 	lockWait = 2 * time.Second
 	// progressEvery bounds how often a running flush writes its progress to status.
@@ -373,8 +375,9 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	switch {
 	case errors.As(err, &lost):
 		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
-	case errors.As(err, &refusal) && refusal.Reason == fcv1.ReasonCHAPSecretUnreadable:
-		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryRefused}, nil
+	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
+		// The agent may get Secrets but not watch them: a corrected one is noticed by trying again.
+		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryCredentials}, nil
 	case errors.As(err, &refusal):
 		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
 	case errors.Is(err, blockdev.ErrNotFound) || errors.Is(err, os.ErrNotExist):

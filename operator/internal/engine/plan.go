@@ -94,7 +94,7 @@ const (
 	ReasonCacheTooSmall     = "CacheDeviceTooSmall"
 	ReasonPartitionMismatch = "CachePartitionMismatch"
 	ReasonDirtyWithoutCache = "DirtyDataWithoutItsCache"
-	ReasonISCSILoginRefused = "ISCSILoginRefused"
+	ReasonISCSILoginRefused = fcv1.ReasonISCSILoginRefused
 )
 
 const (

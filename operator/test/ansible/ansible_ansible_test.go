@@ -82,8 +82,15 @@ func (b *bed) sh(t *testing.T, cmd string) string {
 // nodeStatus is what `flashcache node status` reports of the volume.
 func (b *bed) nodeStatus(t *testing.T) (dirty int64, mode string) {
 	t.Helper()
+	return b.nodeStatusOf(t, volumeName)
+}
+
+// nodeStatusOf is what `flashcache node status` reports of the host's only volume, name.
+func (b *bed) nodeStatusOf(t *testing.T, name string) (dirty int64, mode string) {
+	t.Helper()
 	var report struct {
 		Volumes []struct {
+			Name   string `json:"name"`
 			Status struct {
 				DirtyBytes int64  `json:"dirtyBytes"`
 				CacheMode  string `json:"cacheMode"`
@@ -91,8 +98,8 @@ func (b *bed) nodeStatus(t *testing.T) (dirty int64, mode string) {
 		} `json:"volumes"`
 	}
 	out := b.sh(t, "flashcache node status --config /etc/flashcache/volumes.yaml -o json")
-	if err := json.Unmarshal([]byte(out), &report); err != nil || len(report.Volumes) != 1 {
-		t.Fatalf("node status: %v\n%s", err, out)
+	if err := json.Unmarshal([]byte(out), &report); err != nil || len(report.Volumes) != 1 || report.Volumes[0].Name != name {
+		t.Fatalf("node status, want volume %s only: %v\n%s", name, err, out)
 	}
 	return report.Volumes[0].Status.DirtyBytes, report.Volumes[0].Status.CacheMode
 }
@@ -339,6 +346,119 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 		}
 		if got := b.sh(t, "ls /dev/flashcache/ 2>/dev/null; wipefs --no-act --output TYPE --noheadings "+hdd.ByID()+"; systemctl is-enabled flashcache.service || true"); strings.Contains(got, volumeName) || strings.Contains(got, "bcache") || !strings.Contains(got, "disabled") {
 			t.Errorf("after teardown: %q", got)
+		}
+	})
+
+	t.Run("ISCSIBackingLUNWithCHAP", func(t *testing.T) { testISCSI(t, b, nvme, hdd) })
+}
+
+// testISCSI builds a volume whose backing device is an iSCSI LUN (the guest serves the torn-down
+// disk through LIO and logs in over 127.0.0.1), with CHAP credentials from the role's variables.
+func testISCSI(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
+	const right, wrong = "ansible-chap-7431", "ansible-wrong-2718"
+	san := vmharness.ISCSITarget{IQN: "iqn.2003-01.io.flashcache.vm:ansible", User: "fc-ansible", Password: right,
+		LUNs: []vmharness.Disk{hdd}}
+	if err := b.vm.ServeISCSI(b.ctx, san); err != nil {
+		t.Fatal(err)
+	}
+	vars := func(password string) string {
+		raw, err := json.Marshal(map[string]any{
+			"flashcache_volumes": []map[string]any{{
+				"name": "san-data", "cacheDevice": map[string]any{"path": nvme.ByID()},
+				"backingDevice": map[string]any{"iscsi": map[string]any{
+					"portal": vmharness.Portal, "iqn": san.IQN, "lun": 0,
+					"chapSecretRef": map[string]any{"name": "san-chap", "namespace": "flashcache-system"}}},
+				"mode": "writeback", "safety": map[string]any{"trustWriteCache": true},
+			}},
+			"flashcache_chap_secrets": []map[string]any{{"name": "san-chap", "namespace": "flashcache-system",
+				"username": san.User, "password": password}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(raw)
+	}
+	noPassword := func(t *testing.T, out string) {
+		t.Helper()
+		for _, p := range []string{right, wrong} {
+			if strings.Contains(out, p) {
+				t.Errorf("a CHAP password is in the playbook's output:\n%s", tail(out))
+			}
+		}
+	}
+
+	t.Run("AWrongPasswordFailsNamingTheSecretAndTouchesNothing", func(t *testing.T) {
+		out, _, ok := b.playbook(t, "provision.yml", "--diff", "-e", vars(wrong))
+		if ok || !strings.Contains(out, "ISCSILoginRefused") || !strings.Contains(out, "backingDevice.iscsi.chapSecretRef") {
+			t.Errorf("a wrong CHAP password: want a failure naming ISCSILoginRefused and the field:\n%s", tail(out))
+		}
+		noPassword(t, out)
+		if got := b.vm.ISCSISessions(b.ctx); got != "" {
+			t.Errorf("sessions after a refused login: %q", got)
+		}
+		if got := b.sh(t, "wipefs --noheadings "+nvme.ByID()); got != "" {
+			t.Errorf("the cache device was touched: %s", got)
+		}
+	})
+
+	t.Run("TheRightPasswordBuildsTheVolumeAfterTheNetwork", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml", "--diff", "-e", vars(right))
+		if !ok || r.changed == 0 {
+			t.Fatalf("provision: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		noPassword(t, out)
+		if got := b.vm.ISCSISessions(b.ctx); got != "LOGGED_IN" {
+			t.Errorf("sessions %q, want one LOGGED_IN", got)
+		}
+		if got := b.sh(t, "stat -c '%a %U' /etc/flashcache/volumes.yaml"); got != "600 root" {
+			t.Errorf("the volume file holds a password and is %s, want 600 root", got)
+		}
+		if got := b.sh(t, "systemctl is-active iscsid.service; systemctl is-enabled iscsid.service open-iscsi.service"); got != "active\nenabled\nenabled" {
+			t.Errorf("iscsid and the boot login: %q", got)
+		}
+		// What systemd made of the unit: started after the network and iscsid, and (stopped in
+		// reverse) flushed before the session is logged out and the network goes down.
+		unit := b.sh(t, "systemctl show -p After -p Before -p WantedBy flashcache.service")
+		for _, want := range []string{"network-online.target", "iscsid.service", "open-iscsi.service", "remote-fs.target"} {
+			if !strings.Contains(unit, want) {
+				t.Errorf("flashcache.service is not ordered with %s:\n%s", want, unit)
+			}
+		}
+		if got := b.sh(t, "ls /etc/systemd/system/*.wants/ | grep -B1 flashcache.service | head -1"); !strings.Contains(got, "remote-fs.target.wants") {
+			t.Errorf("flashcache.service is enabled under %q, want remote-fs.target.wants", got)
+		}
+		if _, mode := b.nodeStatusOf(t, "san-data"); mode != "writeback" {
+			t.Errorf("cache mode %s, want writeback", mode)
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	t.Run("SecondRunChangesNothing", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml", "--diff", "-e", vars(right))
+		if !ok || r.changed != 0 {
+			t.Errorf("second run: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+		noPassword(t, out)
+	})
+
+	t.Run("TeardownFlushesAndLogsOut", func(t *testing.T) {
+		b.sh(t, "fio --name=dirty --filename=/dev/flashcache/san-data --rw=randwrite --bs=4k --size=256M "+
+			"--io_size=8M --direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null")
+		if d, _ := b.nodeStatusOf(t, "san-data"); d == 0 {
+			t.Fatalf("nothing dirty after the write")
+		}
+		out, r, ok := b.playbook(t, "teardown.yml", "-e", "flashcache_teardown_confirm=vm", "-e", vars(right))
+		if !ok || r.changed == 0 {
+			t.Fatalf("teardown: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		noPassword(t, out)
+		if got := b.vm.ISCSISessions(b.ctx); got != "" {
+			t.Errorf("sessions after teardown: %q", got)
+		}
+		if out, _, code, _ := b.vm.Run(b.ctx, "iscsiadm -m node -T "+san.IQN); code == 0 {
+			t.Errorf("the node record is left (it would log in at boot):\n%s", out)
 		}
 	})
 }

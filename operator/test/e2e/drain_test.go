@@ -430,6 +430,9 @@ spec:
 		}
 	})
 
+	// The disks are blank again: the HDD becomes an iSCSI LUN behind the same NVMe.
+	t.Run("ISCSIBackingLUN", func(t *testing.T) { testISCSIThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
+
 	// The chart's RBAC let each component do everything it did: a refused request shows in its
 	// log as "forbidden", and the components log their failed requests before they retry.
 	t.Run("NoRequestWasForbidden", func(t *testing.T) {

@@ -166,23 +166,30 @@ func (g *guest) sysfsInt(t *testing.T, path string) int64 {
 	return v
 }
 
-func TestEngineOnARealKernel(t *testing.T) {
+// bootGuest boots the test image with disks and the flashcache binary under test installed; the
+// VM is powered off when the test ends, or when ctx does.
+func bootGuest(t *testing.T, ctx context.Context, disks ...vmharness.Disk) *guest {
+	t.Helper()
 	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
-	defer cancel()
-	vm, err := vmharness.Boot(ctx, vmharness.Options{
-		Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
-		Disks: []vmharness.Disk{cacheA, hddA, cacheB, hddB, hddC, cacheWorn, hddD},
-	})
+	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: t.TempDir(), Logf: t.Logf, Disks: disks})
+	if vm != nil {
+		t.Cleanup(vm.Close)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer vm.Close()
 	g := &guest{t: t, vm: vm, ctx: ctx, dir: t.TempDir()}
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("guest kernel %s; by hand: %s", g.sh(t, "uname -r"), strings.Join(vm.SSHCommand(), " "))
+	return g
+}
+
+func TestEngineOnARealKernel(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	defer cancel()
+	g := bootGuest(t, ctx, cacheA, hddA, cacheB, hddB, hddC, cacheWorn, hddD)
 
 	steps := []struct {
 		name string

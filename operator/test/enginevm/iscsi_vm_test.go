@@ -14,50 +14,29 @@ import (
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
-// The guest exports its own disks through LIO and logs in to them over 127.0.0.1: the engine
-// sees a real iSCSI session, a real SCSI disk behind it, and real session loss.
+// The guest exports its own disks through LIO and logs in to them over 127.0.0.1.
 const (
-	targetIQN     = "iqn.2003-01.io.flashcache.vm:san1"
-	chapUser      = "fc-initiator"
 	chapPassword  = "right-password-1234"
 	wrongPassword = "wrong-password-9876"
-	tpg           = "/iscsi/" + targetIQN + "/tpg1"
 )
 
 var (
 	cacheI  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-i", Size: 1 << 30}
 	sanLUN0 = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-san-lun0", Size: 1 << 30}
 	sanLUN1 = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-san-lun1", Size: 256 << 20}
+	san     = vmharness.ISCSITarget{IQN: "iqn.2003-01.io.flashcache.vm:san1", User: "fc-initiator", Password: chapPassword,
+		LUNs: []vmharness.Disk{sanLUN0, sanLUN1}}
+	targetIQN = san.IQN
 )
 
 func TestISCSIBackingDevice(t *testing.T) {
-	image, binary := vmharness.ImageFromEnv(t), vmharness.BinaryFromEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	vm, err := vmharness.Boot(ctx, vmharness.Options{
-		Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
-		Disks: []vmharness.Disk{cacheI, sanLUN0, sanLUN1},
-	})
-	if err != nil {
+	g := bootGuest(t, ctx, cacheI, sanLUN0, sanLUN1)
+	vm := g.vm
+	if err := vm.ServeISCSI(ctx, san); err != nil {
 		t.Fatal(err)
 	}
-	defer vm.Close()
-	g := &guest{t: t, vm: vm, ctx: ctx, dir: t.TempDir()}
-	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	// The target: two LUNs, CHAP required of every initiator.
-	g.sh(t, strings.Join([]string{
-		"targetcli /backstores/block create name=lun0 dev=" + sanLUN0.ByID(),
-		"targetcli /backstores/block create name=lun1 dev=" + sanLUN1.ByID(),
-		"targetcli /iscsi create " + targetIQN,
-		"targetcli " + tpg + "/luns create /backstores/block/lun0",
-		"targetcli " + tpg + "/luns create /backstores/block/lun1",
-		"targetcli " + tpg + " set attribute authentication=1 generate_node_acls=1 demo_mode_write_protect=0",
-		"targetcli " + tpg + " set auth userid=" + chapUser + " password=" + chapPassword,
-		"systemctl start iscsid",
-	}, " && "))
-	t.Logf("target up; by hand: %s", strings.Join(vm.SSHCommand(), " "))
 
 	volumeFile := func(t *testing.T, name, password string) {
 		t.Helper()
@@ -80,7 +59,7 @@ metadata: {namespace: flashcache-system, name: san1-chap}
 stringData:
   node.session.auth.username: %s
   node.session.auth.password: %s
-`, cacheI.ByID(), targetIQN, trusted, chapUser, password)
+`, cacheI.ByID(), targetIQN, trusted, san.User, password)
 		local := filepath.Join(g.dir, name)
 		if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
 			t.Fatal(err)
@@ -91,19 +70,11 @@ stringData:
 	}
 	volumeFile(t, "san-wrong.yaml", wrongPassword)
 	volumeFile(t, "san.yaml", chapPassword)
-	sessions := func(t *testing.T) string {
-		t.Helper()
-		out, _, _, _ := vm.Run(ctx, "cat /sys/class/iscsi_session/*/state 2>/dev/null")
-		return strings.TrimSpace(out)
-	}
+	sessions := func(t *testing.T) string { return vm.ISCSISessions(ctx) }
 	sessionState := func(t *testing.T, want string) {
 		t.Helper()
-		deadline := time.Now().Add(90 * time.Second)
-		for sessions(t) != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("session state %q, want %q", sessions(t), want)
-			}
-			time.Sleep(time.Second)
+		if err := vm.WaitISCSISessions(ctx, want, 90*time.Second); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -171,14 +142,18 @@ stringData:
 			g.node(t, "release", "san.yaml")
 		}},
 		{"SessionLossIsReportedAndRecoveryNeedsNoRebuild", func(t *testing.T) {
-			g.sh(t, "targetcli "+tpg+" disable")
+			if err := vm.SetISCSITargetEnabled(ctx, san, false); err != nil {
+				t.Fatal(err)
+			}
 			sessionState(t, "FAILED")
 			r, code, _ := g.node(t, "apply", "san.yaml")
 			if code == 0 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Reason != "ISCSISessionLost" ||
 				!strings.Contains(r.Volumes[0].Error.Message, "dirty data stays") {
 				t.Fatalf("apply with the session down: exit %d\n%s", code, r)
 			}
-			g.sh(t, "targetcli "+tpg+" enable")
+			if err := vm.SetISCSITargetEnabled(ctx, san, true); err != nil {
+				t.Fatal(err)
+			}
 			sessionState(t, "LOGGED_IN")
 			r, code, _ = g.node(t, "apply", "san.yaml")
 			if code != 0 || strings.Contains(r.stepKinds(), "make-bcache") || strings.Contains(r.stepKinds(), "iscsi-login") {
@@ -190,7 +165,7 @@ stringData:
 		}},
 		{"TeardownLogsOutOnlyWhenNoOtherLUNIsInUse", func(t *testing.T) {
 			// Another LUN of the same session, in use: the session must stay.
-			lun1 := g.sh(t, "basename $(readlink -f /dev/disk/by-path/ip-127.0.0.1:3260-iscsi-"+targetIQN+"-lun-1)")
+			lun1 := g.sh(t, "basename $(readlink -f "+san.LUNPath(1)+")")
 			g.sh(t, "mkfs.ext4 -q /dev/"+lun1+" && mkdir -p /mnt/lun1 && mount /dev/"+lun1+" /mnt/lun1")
 			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
 			if code != 0 || r.Volumes[0].Teardown == nil {

@@ -21,6 +21,7 @@ type ISCSISourceApplyConfiguration struct {
 	LUN *int32 `json:"lun,omitempty"`
 	// chapSecretRef names a Secret with CHAP credentials (keys node.session.auth.username and
 	// node.session.auth.password). The credentials are never logged or copied into status.
+	// Both name and namespace are required: a FlashCacheVolume has no namespace to imply.
 	CHAPSecretRef *v1.SecretReference `json:"chapSecretRef,omitempty"`
 	// initiatorName overrides the node's initiator IQN for this session.
 	InitiatorName *string `json:"initiatorName,omitempty"`
