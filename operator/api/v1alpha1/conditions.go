@@ -90,6 +90,10 @@ const (
 	// ReasonCHAPSecretUnreadable: the CHAP Secret is missing, lacks a key, or the agent may not
 	// read it. The message names the Secret and the key, never a value.
 	ReasonCHAPSecretUnreadable = "CHAPSecretUnreadable"
+	// ReasonCacheDeviceLost: the cache device is gone (died or pulled) while the backing disk
+	// carries the volume. The message says whether dirty data was on it: clean, the volume
+	// serves uncached from the backing disk; dirty, it is not started by force.
+	ReasonCacheDeviceLost = "CacheDeviceLost"
 	// ReasonISCSILoginRefused: the target refused the login (wrong CHAP credentials, or this
 	// initiator is not allowed); nothing was touched. The agent tries again as for a missing
 	// Secret, so a corrected Secret is picked up without editing the volume.

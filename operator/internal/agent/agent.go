@@ -167,7 +167,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, error) {
 	log := logf.FromContext(ctx)
 	before, err := r.Engine.Status(ctx, v)
-	if err != nil {
+	switch {
+	case errors.Is(err, engine.ErrNotLoggedIn):
+		// Nothing of the volume runs without its iSCSI session; Apply logs in first.
+		before = &engine.Status{}
+	case err != nil:
 		return nil, err
 	}
 	running := before.Device != ""
@@ -372,9 +376,13 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	reason, result, ret := fcv1.ReasonApplyFailed, ctrl.Result{}, err
 	var refusal *engine.Refusal
 	var lost *engine.SessionLostError
+	var cacheLost *engine.CacheLostError
 	switch {
 	case errors.As(err, &lost):
 		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
+	case errors.As(err, &cacheLost):
+		// Before DeviceMissing, which it wraps: the message says what became of dirty data.
+		reason, result, ret = fcv1.ReasonCacheDeviceLost, ctrl.Result{RequeueAfter: retryCredentials}, nil
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
 		// The agent may get Secrets but not watch them: a corrected one is noticed by trying again.
 		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryCredentials}, nil

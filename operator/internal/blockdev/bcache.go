@@ -70,7 +70,8 @@ func RegisteredCache(name string) (*CacheRegistration, error) {
 type BackingRegistration struct {
 	// Sysfs is the backing device's bcache folder, where its knobs are.
 	Sysfs string
-	// Device is the kernel name of the bcache device, e.g. bcache0.
+	// Device is the kernel name of the bcache device, e.g. bcache0; empty while bcache waits for
+	// the cache set the backing device belongs to.
 	Device string
 	// AttachedSet is the cache set it is attached to; empty when it runs without a cache.
 	AttachedSet string
@@ -85,10 +86,15 @@ func RegisteredBacking(name string) (*BackingRegistration, error) {
 	}
 	reg := &BackingRegistration{Sysfs: dir}
 	dev, err := os.Readlink(filepath.Join(dir, "dev"))
-	if err != nil {
+	switch {
+	case err == nil:
+		reg.Device = filepath.Base(dev)
+	case errors.Is(err, os.ErrNotExist):
+		// Registered, but bcache starts no device until the cache set it was attached to
+		// appears (a backing device that may hold dirty data must not serve without it).
+	default:
 		return nil, fmt.Errorf("finding the bcache device of %s: %w", name, err)
 	}
-	reg.Device = filepath.Base(dev)
 	if set, err := os.Readlink(filepath.Join(dir, "cache")); err == nil {
 		reg.AttachedSet = filepath.Base(set)
 	}

@@ -220,11 +220,17 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 			r.Error = &reportError{Message: err.Error()}
 			var refusal *engine.Refusal
 			var lost *engine.SessionLostError
+			var cacheLost *engine.CacheLostError
 			switch {
 			case errors.As(err, &refusal):
 				r.Error.Reason, r.Error.Field = refusal.Reason, refusal.Field
 			case errors.As(err, &lost):
 				r.Error.Reason, r.Error.Field = fcv1.ReasonISCSISessionLost, "backingDevice.iscsi"
+			case errors.As(err, &cacheLost):
+				r.Error.Reason, r.Error.Field = fcv1.ReasonCacheDeviceLost, "cacheDevice.path"
+				if r.Status == nil {
+					r.Status = cacheLost.Status
+				}
 			}
 			report.Failed = true
 		}

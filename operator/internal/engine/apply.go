@@ -232,7 +232,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			return reg != nil && reg.AttachedSet == s.Value, err
 		})
 	case StepSetTunable:
-		if o.BackingReg == nil {
+		if o.BackingReg == nil || o.BackingReg.Device == "" {
 			return fmt.Errorf("the bcache device is not running")
 		}
 		if from, _ := blockdev.ActiveChoice(s.From); s.Tunable == "cache_mode" && from == string(fcv1.CacheModeWriteback) &&

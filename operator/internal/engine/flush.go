@@ -37,6 +37,11 @@ func statusOf(v Volume, o *Observation) *Status {
 		return s
 	}
 	s.Device = o.BackingReg.Device
+	if s.Device == "" {
+		// Registered, waiting for its cache set: nothing serves the volume.
+		s.State = "waiting for its cache set"
+		return s
+	}
 	s.StablePath = v.StablePath()
 	s.CacheSetUUID = o.BackingReg.AttachedSet
 	if o.BackingSB != nil {
@@ -113,7 +118,7 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 	if err != nil {
 		return nil, err
 	}
-	if o.BackingReg == nil {
+	if o.BackingReg == nil || o.BackingReg.Device == "" {
 		return nil, fmt.Errorf("volume %s is not running on this host", v.Name)
 	}
 	// The hold goes first, so that an apply running meanwhile does not restore writeback.
@@ -203,7 +208,7 @@ func (e *Engine) FlushPass(ctx context.Context, v Volume, timeout time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	if o.BackingReg == nil {
+	if o.BackingReg == nil || o.BackingReg.Device == "" {
 		return nil, fmt.Errorf("volume %s is not running on this host", v.Name)
 	}
 	if o.Knobs["state"] != "dirty" {

@@ -41,6 +41,10 @@ func (v Volume) iscsiTarget() blockdev.ISCSITarget {
 }
 
 // iscsiBacking finds the LUN's block device in the target's session, without logging in.
+// ErrNotLoggedIn: this host has no session to the volume's target (a first run, or a boot that
+// did not log in). Apply and Teardown log in; everything else reports it.
+var ErrNotLoggedIn = errors.New("not logged in")
+
 func (e *Engine) iscsiBacking(ctx context.Context, v Volume) (blockdev.Device, error) {
 	t := v.iscsiTarget()
 	s, err := blockdev.FindISCSISession(ctx, t)
@@ -48,7 +52,7 @@ func (e *Engine) iscsiBacking(ctx context.Context, v Volume) (blockdev.Device, e
 		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: %w", err)
 	}
 	if s == nil {
-		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: not logged in to %s at %s: %w", t.IQN, strings.Join(t.Portals, " or "), blockdev.ErrNotFound)
+		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: %w to %s at %s: %w", ErrNotLoggedIn, t.IQN, strings.Join(t.Portals, " or "), blockdev.ErrNotFound)
 	}
 	if !s.LoggedIn() {
 		return blockdev.Device{}, &SessionLostError{IQN: t.IQN, Portal: s.Portal(), State: s.State, RecoveryTimeoutSeconds: s.RecoveryTimeoutSeconds}

@@ -204,7 +204,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 		steps = append(steps, Step{Kind: StepRegisterBacking, Device: o.Backing.DevPath})
 	}
 	bcacheDev := "the bcache device of " + o.Backing.DevPath
-	if o.BackingReg != nil {
+	if o.BackingReg != nil && o.BackingReg.Device != "" {
 		bcacheDev = "/dev/" + o.BackingReg.Device
 	}
 	switch {
@@ -232,7 +232,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
 		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
 	}
-	if o.BackingReg == nil || o.StableTarget != "/dev/"+o.BackingReg.Device {
+	if o.BackingReg == nil || o.BackingReg.Device == "" || o.StableTarget != "/dev/"+o.BackingReg.Device {
 		steps = append(steps, Step{Kind: StepLinkStablePath, Device: v.StablePath(), Value: bcacheDev})
 	}
 	return steps, nil

@@ -26,7 +26,12 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	res := &TeardownResult{Steps: []string{}}
 	if v.Spec.BackingDevice.ISCSI != nil {
 		// Our superblock is on the LUN: log in to erase it, even after a boot that did not.
-		if err := e.connectISCSI(ctx, v, &Result{}); err != nil {
+		connected := &Result{}
+		err := e.connectISCSI(ctx, v, connected)
+		for _, s := range connected.Steps {
+			res.Steps = append(res.Steps, s.String())
+		}
+		if err != nil {
 			return res, err
 		}
 	}
@@ -39,7 +44,7 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		return res, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
 			Message: fmt.Sprintf("%s carries a bcache superblock labelled %q of cache set %s, not this volume's: not touching it", o.Backing.DevPath, o.BackingSB.Label(), o.BackingSB.SetUUID())}
 	}
-	if len(o.BackingMounts) > 0 || (o.BackingReg != nil && mountedDevice(o.BackingReg.Device)) {
+	if len(o.BackingMounts) > 0 || (o.BackingReg != nil && o.BackingReg.Device != "" && mountedDevice(o.BackingReg.Device)) {
 		return res, &Refusal{Reason: ReasonMounted, Field: "backingDevice.path",
 			Message: "the volume is in use (mounted); unmount it before teardown"}
 	}
@@ -65,8 +70,12 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		if err := blockdev.SetKnob(o.BackingReg.Sysfs, "stop", "1"); err != nil {
 			return res, err
 		}
-		res.Steps = append(res.Steps, "stopped "+o.BackingReg.Device)
-		if err := e.waitUntil(ctx, o.BackingReg.Device+" to stop", func() (bool, error) {
+		stopped := o.BackingReg.Device
+		if stopped == "" {
+			stopped = "the registration of " + o.Backing.DevPath + " (its bcache device was waiting for its cache set)"
+		}
+		res.Steps = append(res.Steps, "stopped "+stopped)
+		if err := e.waitUntil(ctx, stopped+" to stop", func() (bool, error) {
 			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
 			return reg == nil, err
 		}); err != nil {

@@ -69,6 +69,9 @@ type report struct {
 			CacheMode     string `json:"cacheMode"`
 			State         string `json:"state"`
 			CapacityBytes int64  `json:"capacityBytes"`
+			DirtyBytes    int64  `json:"dirtyBytes"`
+			CacheSetUUID  string `json:"cacheSetUUID"`
+			BackingUUID   string `json:"backingUUID"`
 		} `json:"status"`
 		Flush *struct {
 			FlushedBytes   int64   `json:"flushedBytes"`

@@ -163,6 +163,33 @@ stringData:
 				t.Errorf("after the outage the volume reads %s, want %s", got, want)
 			}
 		}},
+		{"TeardownAfterABootWithoutTheSessionLogsInFirst", func(t *testing.T) {
+			// As after a boot that did not log in: the bcache device stopped, its cache set
+			// unregistered, no session. Our superblock is still on the LUN.
+			g.sh(t, "dev=$(basename $(readlink -f /dev/flashcache/san)) && set=$(basename $(readlink -f /sys/block/$dev/bcache/cache)) && "+
+				"echo 1 > /sys/block/$dev/bcache/stop && echo 1 > /sys/fs/bcache/$set/unregister && "+
+				"for i in $(seq 100); do ls /sys/fs/bcache/ | grep -q -- - || break; sleep 0.1; done && "+
+				"iscsiadm -m node -T "+targetIQN+" -p "+vmharness.Portal+" -u")
+			sessionState(t, "")
+			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
+			if code != 0 || r.Volumes[0].Teardown == nil {
+				t.Fatalf("teardown: exit %d\n%s", code, r)
+			}
+			steps := strings.Join(r.Volumes[0].Teardown.Steps, "\n")
+			if !strings.Contains(steps, "iscsi-login") || !strings.Contains(steps, "logged out of "+targetIQN) {
+				t.Errorf("teardown should report its login and its logout; steps:\n%s", steps)
+			}
+			if s := sessions(t); s != "" {
+				t.Errorf("sessions left: %q", s)
+			}
+			if sigs := g.sh(t, "blockdev --flushbufs "+sanLUN0.ByID()+" && wipefs --noheadings "+sanLUN0.ByID()); sigs != "" {
+				t.Errorf("the LUN still carries %s", sigs)
+			}
+			// Built again for the next step, on the blank LUN.
+			if r, code, _ := g.node(t, "apply", "san.yaml"); code != 0 {
+				t.Fatalf("apply after teardown: exit %d\n%s", code, r)
+			}
+		}},
 		{"TeardownLogsOutOnlyWhenNoOtherLUNIsInUse", func(t *testing.T) {
 			// Another LUN of the same session, in use: the session must stay.
 			lun1 := g.sh(t, "basename $(readlink -f "+san.LUNPath(1)+")")
