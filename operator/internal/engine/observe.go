@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
@@ -34,6 +36,9 @@ type Observation struct {
 	BackingSB     *blockdev.SuperBlock
 	BackingReg    *blockdev.BackingRegistration
 
+	// AttachedCacheAlive: the cache set the backing device is attached to still has its cache
+	// device (a pulled or dead SSD leaves the set registered until bcache meets an I/O error).
+	AttachedCacheAlive bool
 	// Knobs are the bcache device's tunables as the kernel reports them, when it runs.
 	Knobs map[string]string
 	// CacheKnobs are the cache device's tunables (replacement policy).
@@ -135,6 +140,10 @@ func (e *Engine) observeBacking(ctx context.Context, v Volume, o *Observation) e
 	}
 	if o.BackingMounts, err = blockdev.MountedAt(o.Backing, ownDevice); err != nil {
 		return err
+	}
+	if o.BackingReg != nil && o.BackingReg.AttachedSet != "" {
+		_, err := os.Stat(filepath.Join(blockdev.SysFsBcache, o.BackingReg.AttachedSet, "cache0"))
+		o.AttachedCacheAlive = err == nil
 	}
 	if o.BackingReg != nil {
 		o.Knobs = map[string]string{}

@@ -84,17 +84,18 @@ func (r *Refusal) Error() string { return fmt.Sprintf("%s: %s", r.Field, r.Messa
 
 // Refusal reasons.
 const (
-	ReasonRootDisk          = "DeviceIsRootDisk"
-	ReasonMounted           = "DeviceMounted"
-	ReasonHeld              = "DeviceHeld"
-	ReasonCarriesData       = "DeviceCarriesData"
-	ReasonNotWholeDisk      = "CacheDeviceNotWholeDisk"
-	ReasonSameDisk          = "DevicesShareADisk"
-	ReasonForeignCacheSet   = "AttachedToAnotherCacheSet"
-	ReasonCacheTooSmall     = "CacheDeviceTooSmall"
-	ReasonPartitionMismatch = "CachePartitionMismatch"
-	ReasonDirtyWithoutCache = "DirtyDataWithoutItsCache"
-	ReasonISCSILoginRefused = fcv1.ReasonISCSILoginRefused
+	ReasonRootDisk           = "DeviceIsRootDisk"
+	ReasonMounted            = "DeviceMounted"
+	ReasonHeld               = "DeviceHeld"
+	ReasonCarriesData        = "DeviceCarriesData"
+	ReasonNotWholeDisk       = "CacheDeviceNotWholeDisk"
+	ReasonSameDisk           = "DevicesShareADisk"
+	ReasonForeignCacheSet    = "AttachedToAnotherCacheSet"
+	ReasonCacheTooSmall      = "CacheDeviceTooSmall"
+	ReasonPartitionMismatch  = "CachePartitionMismatch"
+	ReasonDirtyWithoutCache  = "DirtyDataWithoutItsCache"
+	ReasonISCSILoginRefused  = fcv1.ReasonISCSILoginRefused
+	ReasonCacheStillAttached = "CacheStillAttached"
 )
 
 const (
@@ -131,6 +132,15 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	// The cache device: ours when its first partition carries our label.
 	cachePart := "partition 1 of " + o.Cache.DevPath
 	cacheIsOurs, backingIsOurs := ours(v, o)
+	if backingIsOurs && o.BackingReg != nil && o.BackingReg.AttachedSet != "" && o.AttachedCacheAlive &&
+		!(cacheIsOurs && o.CacheSB != nil && o.CacheSB.SetUUID() == o.BackingReg.AttachedSet) {
+		// A replacement SSD is for a cache that is gone; the live one holds the volume's cache
+		// set, and a second device made into that set would fight it for the backing disk.
+		return nil, &Refusal{Reason: ReasonCacheStillAttached, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is attached to cache set %s, whose cache device still works and is not %s: "+
+				"a new SSD replaces a lost one only; to move a working volume, flush it, tear it down and build it again",
+				o.Backing.DevPath, o.BackingReg.AttachedSet, o.Cache.Path)}
+	}
 	if o.CachePart != nil {
 		cachePart = o.CachePart.DevPath
 	}

@@ -212,6 +212,31 @@ func TestPlanRefusesBackingAttachedToAnotherCacheSet(t *testing.T) {
 	}
 }
 
+// A new SSD named while the volume's cache still lives would be made a second member of its
+// cache set: refused before the new device is touched.
+func TestANewCacheDeviceIsRefusedWhileTheOldOneLives(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.AttachedCacheAlive = true
+	replacement := blankDisks()
+	o.Cache, o.CachePart, o.CachePartName, o.CacheSigs, o.CachePartSigs, o.CacheSB, o.CacheReg, o.CacheKnobs =
+		replacement.Cache, nil, "", nil, nil, nil, nil, nil
+	if r := refusal(t, func() error { _, err := Plan(v, o, Desired{}); return err }()); r.Reason != ReasonCacheStillAttached || r.Field != "cacheDevice.path" {
+		t.Errorf("refusal %s on %s", r.Reason, r.Field)
+	}
+	// Once the old device is gone (bcache still lists the set until it meets an I/O error) the
+	// new one is partitioned first.
+	o.AttachedCacheAlive = false
+	steps, err := Plan(v, o, Desired{})
+	if err != nil || len(steps) == 0 || steps[0].Kind != StepPartitionCache {
+		t.Errorf("with the old cache gone: %v, %v", kinds(steps), err)
+	}
+	// The volume's own cache, converged, is never refused.
+	if _, err := Plan(v, func() *Observation { c := converged(v); c.AttachedCacheAlive = true; return c }(), Desired{}); err != nil {
+		t.Errorf("converged volume: %v", err)
+	}
+}
+
 func TestPlanRefusesRepartitionUnderNewOverProvisioning(t *testing.T) {
 	v := testVolume()
 	o := converged(v)

@@ -36,6 +36,16 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 	}
 	o, err := e.Observe(ctx, v)
+	var lost *CacheLostError
+	if errors.As(err, &lost) {
+		// The SSD is gone: what is left to remove is on the backing disk.
+		o = &Observation{}
+		if o.Backing, err = e.backingDevice(ctx, v); err == nil {
+			if o.BackingSigs, err = e.Run.Signatures(ctx, o.Backing.DevPath); err == nil {
+				err = e.observeBacking(ctx, v, o)
+			}
+		}
+	}
 	if err != nil {
 		return res, err
 	}
@@ -49,8 +59,22 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 			Message: "the volume is in use (mounted); unmount it before teardown"}
 	}
 
+	if lost != nil {
+		gone := "the cache device " + lost.Path + " was gone"
+		if lost.Dirty() {
+			gone += ", and the dirty data on it with it"
+		}
+		res.Steps = append(res.Steps, gone)
+	}
 	if o.BackingReg != nil {
-		if o.BackingReg.AttachedSet != "" {
+		if o.BackingReg.AttachedSet != "" && lost != nil {
+			// A set whose only cache device is gone: nothing can be flushed from it.
+			setDir := filepath.Join(blockdev.SysFsBcache, o.BackingReg.AttachedSet)
+			if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return res, err
+			}
+			res.Steps = append(res.Steps, "unregistered cache set "+o.BackingReg.AttachedSet+" (its cache device is gone)")
+		} else if o.BackingReg.AttachedSet != "" {
 			flush, err := e.Flush(ctx, v, flushTimeout, nil)
 			if err != nil {
 				return res, err

@@ -67,7 +67,11 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	// calls Unsafe.
 	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing", Size: 2 << 30, Cache: vmharness.CacheVolatileHonest}
 
-	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd}})
+	// A second volume whose SSD the test pulls out.
+	nvmeLoss := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-e2e-cache-loss", Size: 512 << 20}
+	hddLoss := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing-loss", Size: 512 << 20}
+
+	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd, nvmeLoss, hddLoss}})
 	kubectl, err := c.Kubectl()
 	if err != nil {
 		t.Fatal(err)
@@ -396,6 +400,10 @@ spec:
 		if out, err := kubectl.Run("delete", "fcv", "ghost", "--timeout=2m"); err != nil {
 			t.Fatalf("a volume that was never built must go away when deleted: %v\n%s", err, out)
 		}
+	})
+
+	t.Run("ALostSSDIsDegradedAndTheVolumeCanStillBeDeleted", func(t *testing.T) {
+		testCacheLoss(t, ctx, vm, k8s, kubectl, dir, nvmeLoss, hddLoss)
 	})
 
 	t.Run("DeletingTheVolumeTearsTheDeviceDown", func(t *testing.T) {

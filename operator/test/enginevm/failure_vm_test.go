@@ -30,12 +30,8 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 	g.volumeFile(t, "spare.yaml", "survivor", cacheSpare.ByID(), survivorHDD.ByID(), trusted+tunables)
 	pull := func(t *testing.T, d vmharness.Disk) {
 		t.Helper()
-		g.sh(t, "echo 1 > $(readlink -f /sys/block/"+g.kernelName(t, d)+"/device/device)/remove")
-		for i := 0; g.sh(t, "test -e "+d.ByID()+" && echo present || true") != ""; i++ {
-			if i > 50 {
-				t.Fatalf("%s is still there after its PCI function was removed", d.ByID())
-			}
-			time.Sleep(200 * time.Millisecond)
+		if err := g.vm.Pull(ctx, d); err != nil {
+			t.Fatal(err)
 		}
 	}
 	dirty := func(t *testing.T) {
@@ -61,6 +57,15 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Fatalf("flush: %s", r)
 			}
 			before = g.sh(t, sum)
+		}},
+		{"ANewSSDIsRefusedWhileTheOldOneWorks", func(t *testing.T) {
+			r, code, _ := g.node(t, "apply", "spare.yaml")
+			if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheStillAttached" || e.Field != "cacheDevice.path" {
+				t.Fatalf("apply naming another SSD while the cache works: exit %d\n%s", code, r)
+			}
+			if sigs := g.sh(t, "wipefs --noheadings "+cacheSpare.ByID()); sigs != "" {
+				t.Errorf("the new SSD was touched: %s", sigs)
+			}
 		}},
 		{"ACleanCacheLostIsReportedAndTheVolumeServesUncached", func(t *testing.T) {
 			pull(t, cacheLost)
@@ -138,6 +143,19 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			// Nothing serves the stale blocks of the backing disk.
 			if n := g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true"); n != "0" {
 				t.Errorf("%s bcache devices run after a dirty cache was lost", n)
+			}
+		}},
+		{"TeardownWithTheSSDGoneErasesWhatIsLeft", func(t *testing.T) {
+			r, code, _ := g.node(t, "teardown", "spare.yaml", "--confirm")
+			if code != 0 || r.Volumes[0].Teardown == nil {
+				t.Fatalf("teardown: exit %d\n%s", code, r)
+			}
+			steps := strings.Join(r.Volumes[0].Teardown.Steps, "\n")
+			if !strings.Contains(steps, "dirty data on it with it") || !strings.Contains(steps, "erased the bcache superblock of") {
+				t.Errorf("teardown steps:\n%s", steps)
+			}
+			if sigs := g.sh(t, "wipefs --noheadings "+survivorHDD.ByID()); sigs != "" {
+				t.Errorf("the backing disk still carries %s", sigs)
 			}
 		}},
 	}
