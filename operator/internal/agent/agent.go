@@ -51,8 +51,9 @@ const (
 	retryBusy    = 5 * time.Second
 	// retrySessionLost: a lost iSCSI session usually comes back by itself; Ready should follow soon.
 	retrySessionLost = 10 * time.Second
-	// retryCredentials: a CHAP Secret being fixed should take effect within a minute.
-	retryCredentials = 30 * time.Second
+	// retryFixedElsewhere: the fix is outside the volume, where the agent cannot watch (a
+	// corrected CHAP Secret, a replaced SSD); it should take effect within a minute.
+	retryFixedElsewhere = 30 * time.Second
 	// lockWait is how long a run waits for another one on the same disks before it says Busy.
 	lockWait = 2 * time.Second
 	// progressEvery bounds how often a running flush writes its progress to status.
@@ -382,10 +383,10 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
 	case errors.As(err, &cacheLost):
 		// Before DeviceMissing, which it wraps: the message says what became of dirty data.
-		reason, result, ret = fcv1.ReasonCacheDeviceLost, ctrl.Result{RequeueAfter: retryCredentials}, nil
+		reason, result, ret = fcv1.ReasonCacheDeviceLost, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
 		// The agent may get Secrets but not watch them: a corrected one is noticed by trying again.
-		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryCredentials}, nil
+		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
 	case errors.As(err, &refusal):
 		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
 	case errors.Is(err, blockdev.ErrNotFound) || errors.Is(err, os.ErrNotExist):

@@ -40,11 +40,11 @@ func (v Volume) iscsiTarget() blockdev.ISCSITarget {
 	}
 }
 
-// iscsiBacking finds the LUN's block device in the target's session, without logging in.
 // ErrNotLoggedIn: this host has no session to the volume's target (a first run, or a boot that
 // did not log in). Apply and Teardown log in; everything else reports it.
 var ErrNotLoggedIn = errors.New("not logged in")
 
+// iscsiBacking finds the LUN's block device in the target's session, without logging in.
 func (e *Engine) iscsiBacking(ctx context.Context, v Volume) (blockdev.Device, error) {
 	t := v.iscsiTarget()
 	s, err := blockdev.FindISCSISession(ctx, t)
