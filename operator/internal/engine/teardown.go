@@ -70,10 +70,12 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		if o.BackingReg.AttachedSet != "" && lost != nil {
 			// A set whose only cache device is gone: nothing can be flushed from it.
 			setDir := filepath.Join(blockdev.SysFsBcache, o.BackingReg.AttachedSet)
-			if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+			switch err := blockdev.SetKnob(setDir, "unregister", "1"); {
+			case err == nil:
+				res.Steps = append(res.Steps, "unregistered cache set "+o.BackingReg.AttachedSet+" (its cache device is gone)")
+			case !errors.Is(err, os.ErrNotExist):
 				return res, err
 			}
-			res.Steps = append(res.Steps, "unregistered cache set "+o.BackingReg.AttachedSet+" (its cache device is gone)")
 		} else if o.BackingReg.AttachedSet != "" {
 			flush, err := e.Flush(ctx, v, flushTimeout, nil)
 			if err != nil {
