@@ -31,6 +31,7 @@ func TestJudge(t *testing.T) {
 		{"lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), false, Unsafe, "lying or battery backed"},
 		{"throttled honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(8600 * time.Microsecond), false, Safe, "plain writes p50 6.7ms"},
 		{"throttled lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(100 * time.Microsecond), false, Unsafe, "flushes add 100µs"},
+		{"lying HDD whose flush is a slow round trip", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(1100 * time.Microsecond), false, Unsafe, "flushes add 1.1ms"},
 		{"battery-backed HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), true, Safe, "trusted"},
 		{"cache on, kernel writes through", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(8 * time.Millisecond), false, Unsafe, "never sends flushes"},
 		{"no volatile cache", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: off}, probe(6 * time.Millisecond), false, Safe, "no volatile write cache"},
