@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // SysClassISCSISession is where the kernel lists iSCSI sessions. Reading it needs no daemon and
@@ -277,13 +278,35 @@ func (r Runner) Login(ctx context.Context, iqn, portal, iface string) error {
 // Logout ends the target's session through the portal and deletes its node record, so that it
 // does not log in again at boot. No session or no record is success.
 func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
-	for _, op := range [][]string{{"--logout"}, {"-o", "delete"}} {
-		args := append([]string{"-m", "node", "-T", iqn, "-p", portal, "-I", iface}, op...)
-		_, err := r.Run(ctx, "iscsiadm", args...)
+	record := []string{"-m", "node", "-T", iqn, "-p", portal, "-I", iface}
+	run := func(op ...string) (gone bool, err error) {
+		_, err = r.Run(ctx, "iscsiadm", append(append([]string{}, record...), op...)...)
 		var ce *CommandError
-		if err != nil && !(errors.As(err, &ce) && ce.ExitCode == iscsiErrNoObjects) {
+		if errors.As(err, &ce) && ce.ExitCode == iscsiErrNoObjects {
+			return true, nil
+		}
+		return false, err
+	}
+	if _, err := run("--logout"); err != nil {
+		return err
+	}
+	// Right after a logout the session may still be closing, and iscsiadm then declines to
+	// delete the record while answering "no objects": check that it is gone, and try again.
+	for attempt := 1; ; attempt++ {
+		if _, err := run("-o", "delete"); err != nil {
 			return err
 		}
+		gone, err := run()
+		if err != nil || gone {
+			return err
+		}
+		if attempt == 20 {
+			return fmt.Errorf("the node record of %s at %s is still there after logout and delete", iqn, portal)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
 	}
-	return nil
 }

@@ -610,13 +610,27 @@ func apply(t *testing.T, kubectl *testenv.Kubectl, dir, name, doc string) {
 
 func waitVolume(t *testing.T, ctx context.Context, k8s client.Client, timeout time.Duration, what string, ok func(*fcv1.FlashCacheVolume) bool) *fcv1.FlashCacheVolume {
 	t.Helper()
+	return waitVolumeNamed(t, ctx, k8s, volumeName, timeout, what, ok)
+}
+
+// waitVolumeNamed waits until the FlashCacheVolume name satisfies ok.
+func waitVolumeNamed(t *testing.T, ctx context.Context, k8s client.Client, name string, timeout time.Duration, what string, ok func(*fcv1.FlashCacheVolume) bool) *fcv1.FlashCacheVolume {
+	t.Helper()
 	return eventually(t, ctx, timeout, what, func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
 		var f fcv1.FlashCacheVolume
-		if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
+		if err := k8s.Get(ctx, types.NamespacedName{Name: name}, &f); err != nil {
 			return nil, false, err
 		}
 		return &f, ok(&f), nil
 	})
+}
+
+// condition is the volume's condition of type kind, or a zero one.
+func condition(f *fcv1.FlashCacheVolume, kind string) metav1.Condition {
+	if c := meta.FindStatusCondition(f.Status.Conditions, kind); c != nil {
+		return *c
+	}
+	return metav1.Condition{}
 }
 
 func freePort(t *testing.T) int {

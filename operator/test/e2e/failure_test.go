@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -37,32 +36,23 @@ spec:
   mode: writethrough
   volume: {storageClassName: flashcache-loss}
 `, lossVolume, nodeName, cache.ByID(), backing.ByID()))
-	get := func(ctx context.Context) (*fcv1.FlashCacheVolume, error) {
-		var f fcv1.FlashCacheVolume
-		return &f, k8s.Get(ctx, types.NamespacedName{Name: lossVolume}, &f)
-	}
-	eventually(t, ctx, 3*time.Minute, lossVolume+" Ready", func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
-		f, err := get(ctx)
-		return f, err == nil && f.Status.Phase == fcv1.PhaseReady, err
+	waitVolumeNamed(t, ctx, k8s, lossVolume, 3*time.Minute, lossVolume+" Ready", func(f *fcv1.FlashCacheVolume) bool {
+		return f.Status.Phase == fcv1.PhaseReady
 	})
 	if err := vm.Pull(ctx, cache); err != nil {
 		t.Fatal(err)
 	}
 	began := time.Now()
-	got := eventually(t, ctx, 2*time.Minute, "Degraded=True, CacheDeviceLost", func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
-		f, err := get(ctx)
-		if err != nil {
-			return nil, false, err
-		}
-		d := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionDegraded)
-		return f, d != nil && d.Status == metav1.ConditionTrue && d.Reason == fcv1.ReasonCacheDeviceLost, nil
+	got := waitVolumeNamed(t, ctx, k8s, lossVolume, 2*time.Minute, "Degraded=True, CacheDeviceLost", func(f *fcv1.FlashCacheVolume) bool {
+		d := condition(f, fcv1.ConditionDegraded)
+		return d.Status == metav1.ConditionTrue && d.Reason == fcv1.ReasonCacheDeviceLost
 	})
-	d := meta.FindStatusCondition(got.Status.Conditions, fcv1.ConditionDegraded)
+	d := condition(got, fcv1.ConditionDegraded)
 	t.Logf("Degraded %s after the SSD went away: %s", since(began), d.Message)
 	if !strings.Contains(d.Message, "no dirty data") {
 		t.Errorf("the condition does not say whether dirty data was lost: %s", d.Message)
 	}
-	if p := meta.FindStatusCondition(got.Status.Conditions, fcv1.ConditionProvisioned); p == nil || p.Status != metav1.ConditionTrue {
+	if p := condition(got, fcv1.ConditionProvisioned); p.Status != metav1.ConditionTrue {
 		t.Errorf("Provisioned should stay True (the device was built and still serves): %+v", p)
 	}
 	var events corev1.EventList
@@ -81,7 +71,8 @@ spec:
 		t.Fatalf("%v\n%s", err, out)
 	}
 	eventually(t, ctx, 3*time.Minute, "the volume deleted despite its lost SSD", func(ctx context.Context) (string, bool, error) {
-		f, err := get(ctx)
+		var f fcv1.FlashCacheVolume
+		err := k8s.Get(ctx, types.NamespacedName{Name: lossVolume}, &f)
 		if err == nil {
 			return fmt.Sprintf("still there: %+v", f.Status.Conditions), false, nil
 		}

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,21 +54,9 @@ spec:
   safety: {trustWriteCache: true}
   volume: {storageClassName: flashcache-san}
 `, sanVolume, nodeName, cache.ByID(), vmharness.Portal, san.IQN, chartNamespace))
-	condition := func(f *fcv1.FlashCacheVolume, kind string) metav1.Condition {
-		if c := meta.FindStatusCondition(f.Status.Conditions, kind); c != nil {
-			return *c
-		}
-		return metav1.Condition{}
-	}
 	waitSAN := func(t *testing.T, timeout time.Duration, what string, ok func(*fcv1.FlashCacheVolume) bool) *fcv1.FlashCacheVolume {
 		t.Helper()
-		return eventually(t, ctx, timeout, what, func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
-			var f fcv1.FlashCacheVolume
-			if err := k8s.Get(ctx, types.NamespacedName{Name: sanVolume}, &f); err != nil {
-				return nil, false, err
-			}
-			return &f, ok(&f), nil
-		})
+		return waitVolumeNamed(t, ctx, k8s, sanVolume, timeout, what, ok)
 	}
 
 	t.Run("AWrongPasswordIsAConditionAndTouchesNothing", func(t *testing.T) {
