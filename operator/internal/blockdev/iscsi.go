@@ -292,21 +292,13 @@ func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
 	}
 	// Right after a logout the session may still be closing, and iscsiadm then declines to
 	// delete the record while answering "no objects": check that it is gone, and try again.
-	for attempt := 1; ; attempt++ {
-		if _, err := run("-o", "delete"); err != nil {
-			return err
-		}
-		gone, err := run()
-		if err != nil || gone {
-			return err
-		}
-		if attempt == 20 {
-			return fmt.Errorf("the node record of %s at %s is still there after logout and delete", iqn, portal)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return WaitFor(waitCtx, 250*time.Millisecond, fmt.Sprintf("the node record of %s at %s to go after logout and delete", iqn, portal),
+		func() (bool, error) {
+			if _, err := run("-o", "delete"); err != nil {
+				return false, err
+			}
+			return run()
+		})
 }

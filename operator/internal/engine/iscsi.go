@@ -28,6 +28,10 @@ func (e *SessionLostError) Error() string {
 		e.IQN, e.Portal, e.State, e.RecoveryTimeoutSeconds)
 }
 
+func sessionLost(t blockdev.ISCSITarget, s *blockdev.ISCSISession) *SessionLostError {
+	return &SessionLostError{IQN: t.IQN, Portal: s.Portal(), State: s.State, RecoveryTimeoutSeconds: s.RecoveryTimeoutSeconds}
+}
+
 // iscsiTarget is the spec's LUN, with the credentials the front end resolved.
 func (v Volume) iscsiTarget() blockdev.ISCSITarget {
 	s := v.Spec.BackingDevice.ISCSI
@@ -55,7 +59,7 @@ func (e *Engine) iscsiBacking(ctx context.Context, v Volume) (blockdev.Device, e
 		return blockdev.Device{}, fmt.Errorf("backingDevice.iscsi: %w to %s at %s: %w", ErrNotLoggedIn, t.IQN, strings.Join(t.Portals, " or "), blockdev.ErrNotFound)
 	}
 	if !s.LoggedIn() {
-		return blockdev.Device{}, &SessionLostError{IQN: t.IQN, Portal: s.Portal(), State: s.State, RecoveryTimeoutSeconds: s.RecoveryTimeoutSeconds}
+		return blockdev.Device{}, sessionLost(t, s)
 	}
 	name, ok := s.Devices[t.LUN]
 	if !ok {
@@ -97,7 +101,7 @@ func (e *Engine) connectISCSI(ctx context.Context, v Volume, res *Result) error 
 		return fmt.Errorf("backingDevice.iscsi: %w", err)
 	}
 	if s != nil && !s.LoggedIn() {
-		return &SessionLostError{IQN: t.IQN, Portal: s.Portal(), State: s.State, RecoveryTimeoutSeconds: s.RecoveryTimeoutSeconds}
+		return sessionLost(t, s)
 	}
 	if s != nil {
 		changed, err := e.startAtBoot(ctx, t.IQN, s.Portal(), iface)

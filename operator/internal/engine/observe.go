@@ -168,6 +168,8 @@ type CacheLostError struct {
 	// may exist only on the lost device.
 	DirtyOnDisk bool
 	missing     error
+	// backing is what is left to observe: the backing device alone, for Teardown.
+	backing *Observation
 }
 
 func (e *CacheLostError) Unwrap() error { return e.missing }
@@ -216,7 +218,7 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 	if err := e.observeBacking(ctx, v, o); err != nil || o.BackingSB == nil || o.BackingSB.IsCache() || o.BackingSB.Label() != v.Label() {
 		return missing
 	}
-	lost := &CacheLostError{Path: v.Spec.CacheDevice.Path, missing: missing,
+	lost := &CacheLostError{Path: v.Spec.CacheDevice.Path, missing: missing, backing: o,
 		DirtyOnDisk: strings.Contains(o.BackingSB.Fields["dev.data.cache_state"], "dirty")}
 	if o.BackingReg != nil {
 		lost.Status = statusOf(v, o)

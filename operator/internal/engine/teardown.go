@@ -39,12 +39,7 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	var lost *CacheLostError
 	if errors.As(err, &lost) {
 		// The SSD is gone: what is left to remove is on the backing disk.
-		o = &Observation{}
-		if o.Backing, err = e.backingDevice(ctx, v); err == nil {
-			if o.BackingSigs, err = e.Run.Signatures(ctx, o.Backing.DevPath); err == nil {
-				err = e.observeBacking(ctx, v, o)
-			}
-		}
+		o, err = lost.backing, nil
 	}
 	if err != nil {
 		return res, err
