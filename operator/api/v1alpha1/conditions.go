@@ -94,6 +94,10 @@ const (
 	// carries the volume. The message says whether dirty data was on it: clean, the volume
 	// serves uncached from the backing disk; dirty, it is not started by force.
 	ReasonCacheDeviceLost = "CacheDeviceLost"
+	// ReasonBackingDeviceErrors: the backing disk returned I/O errors, or is offline. Dirty data
+	// waits on the cache device; the message says how many errors bcache counted and at how many
+	// it stops the device.
+	ReasonBackingDeviceErrors = "BackingDeviceErrors"
 	// ReasonISCSILoginRefused: the target refused the login (wrong CHAP credentials, or this
 	// initiator is not allowed); nothing was touched. The agent tries again as for a missing
 	// Secret, so a corrected Secret is picked up without editing the volume.
@@ -108,4 +112,9 @@ const (
 	// AnnotationEvictWithoutFlush, set to "true" by a person on a volume, lets evictions of its
 	// pods pass at once, dirty or not: for emergencies, when the flush cannot finish.
 	AnnotationEvictWithoutFlush = "flashcache.io/evict-without-flush"
+	// AnnotationAcceptCacheLoss, set by a person to the path of a lost cache device, gives up the
+	// dirty data that was only on it: the agent then starts the backing disk without its cache.
+	// It names the path so that it cannot outlive the loss it was meant for: once
+	// cacheDevice.path names a new device, it no longer applies.
+	AnnotationAcceptCacheLoss = "flashcache.io/accept-cache-loss"
 )

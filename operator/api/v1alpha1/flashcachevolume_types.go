@@ -62,10 +62,12 @@ type FileSystemType string
 type CacheDeviceSpec struct {
 	// path is the whole cache device by a stable name: /dev/disk/by-id/... or /dev/disk/by-path/...
 	// Kernel names such as /dev/nvme0n1 change across boots and are refused.
+	// It is the one device that may change, to replace a lost SSD: the agent refuses a new device
+	// while the old one still works (CacheStillAttached), and partitions a new blank one and
+	// attaches it to the backing disk without touching the data (docs/runbooks).
 	// +required
 	// +kubebuilder:validation:MaxLength=255
 	// +kubebuilder:validation:XValidation:rule="self.matches('^/dev/disk/by-(id|path)/[A-Za-z0-9][A-Za-z0-9:._+@,=\\\\-]*$')",message="must be a stable device path: /dev/disk/by-id/<name> or /dev/disk/by-path/<name>"
-	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cacheDevice.path is immutable"
 	Path string `json:"path"`
 
 	// overProvisionPercent is the share of the device left unpartitioned, after a full discard,
@@ -327,6 +329,39 @@ type DeviceStatus struct {
 	State string `json:"state,omitempty"`
 }
 
+// FailedDevice names the device of a failure.
+// +kubebuilder:validation:Enum=Cache;Backing
+type FailedDevice string
+
+// The devices of a volume.
+const (
+	FailedDeviceCache   FailedDevice = "Cache"
+	FailedDeviceBacking FailedDevice = "Backing"
+)
+
+// FailureStatus is a device failure as the agent last observed it.
+type FailureStatus struct {
+	// device is the failed one: Cache or Backing.
+	Device FailedDevice `json:"device"`
+	// reason is the Degraded condition's reason, e.g. CacheDeviceLost or BackingDeviceErrors.
+	Reason string `json:"reason"`
+	// since is when the agent first saw this failure.
+	// +optional
+	Since *metav1.Time `json:"since,omitempty"`
+	// dirtyDataAtRisk says that writes acknowledged from the cache were not on the backing disk
+	// when the cache device was lost: they went with it unless the device comes back.
+	DirtyDataAtRisk bool `json:"dirtyDataAtRisk"`
+	// dirtyDataLastObserved is the dirty data at the last observation: of the running device
+	// when it still runs, otherwise the last figure read before the failure.
+	// +optional
+	DirtyDataLastObserved *resource.Quantity `json:"dirtyDataLastObserved,omitempty"`
+	// kernelAction is what bcache did or will do, under the policy flashcache sets:
+	// stop_when_cache_set_failed=auto, cache set errors=unregister, I/O error limits 8 (cache)
+	// and 64 (backing).
+	// +optional
+	KernelAction string `json:"kernelAction,omitempty"`
+}
+
 // SafetyVerdict is the outcome of the durability checks.
 // +kubebuilder:validation:Enum=Safe;Unsafe;Unknown
 type SafetyVerdict string
@@ -390,6 +425,11 @@ type FlashCacheVolumeStatus struct {
 	// safety is the last verdict of the durability checks.
 	// +optional
 	Safety *SafetyStatus `json:"safety,omitempty"`
+
+	// failure is the cache or backing device failure the volume is living with, if any: what
+	// was at stake and what bcache did. It goes when the volume is whole again.
+	// +optional
+	Failure *FailureStatus `json:"failure,omitempty"`
 
 	// conditions: Ready (operator), Provisioned, SafetyChecked, Flushing, Degraded (agent).
 	// +optional

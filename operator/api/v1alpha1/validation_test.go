@@ -330,7 +330,8 @@ func TestImmutableFieldsAreRejectedOnUpdate(t *testing.T) {
 		field  string // empty: the change is allowed
 	}{
 		{"node", set("worker-2", "spec", "nodeName"), "spec.nodeName"},
-		{"cache device", set("/dev/disk/by-id/nvme-other", "spec", "cacheDevice", "path"), "spec.cacheDevice.path"},
+		// The one device that may change: a new SSD in place of a lost one.
+		{"cache device", set("/dev/disk/by-id/nvme-other", "spec", "cacheDevice", "path"), ""},
 		{"over-provisioning", set(int64(30), "spec", "cacheDevice", "overProvisionPercent"), "spec.cacheDevice.overProvisionPercent"},
 		{"backing device", set("/dev/disk/by-id/ata-other", "spec", "backingDevice", "path"), "spec.backingDevice"},
 		{"backing device to iscsi", func(u *unstructured.Unstructured) {

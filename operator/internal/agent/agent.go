@@ -109,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if fcv.Spec.NodeName != r.NodeName {
 		return ctrl.Result{}, nil
 	}
-	v := engine.Volume{Name: fcv.Name, Spec: fcv.Spec}
+	v := engine.VolumeOf(&fcv)
 	var err error
 	if v.CHAP, err = r.chap(ctx, &fcv); err != nil {
 		return r.failed(ctx, &fcv, newReport(&fcv, r.now()), "read CHAP secret", err)
@@ -365,7 +365,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
 	r.Metrics.Forget(fcv.Name)
 	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonTornDown, "the device was flushed and removed")
-	st.device, st.dirty = nil, nil
+	st.device, st.dirty, st.failure = nil, nil, nil
 	st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested, "the volume is gone")
 	return ctrl.Result{}, r.applyStatus(ctx, fcv, st, false)
 }
@@ -378,12 +378,15 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	var refusal *engine.Refusal
 	var lost *engine.SessionLostError
 	var cacheLost *engine.CacheLostError
+	var backingFailed *engine.BackingFailedError
 	switch {
 	case errors.As(err, &lost):
 		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
 	case errors.As(err, &cacheLost):
 		// Before DeviceMissing, which it wraps: the message says what became of dirty data.
 		reason, result, ret = fcv1.ReasonCacheDeviceLost, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
+	case errors.As(err, &backingFailed):
+		reason, result, ret = fcv1.ReasonBackingDeviceErrors, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
 		// The agent may get Secrets but not watch them: a corrected one is noticed by trying again.
 		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
@@ -394,6 +397,9 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	}
 	logf.FromContext(ctx).Error(err, "engine run failed", "operation", op, "reason", reason)
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, reason, op, "%s: %v", op, err)
+	if f := engine.FailureOf(err); f != nil {
+		st.setFailure(f)
+	}
 	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); p != nil && p.Status == metav1.ConditionTrue {
 		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())

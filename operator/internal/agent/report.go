@@ -30,6 +30,7 @@ type report struct {
 	hitRatio           *int32
 	wearPercent        *int32
 	safety             *fcv1.SafetyStatus
+	failure            *fcv1.FailureStatus
 
 	provisioned, safetyChecked, flushing, degraded *metav1.Condition
 }
@@ -37,7 +38,7 @@ type report struct {
 func newReport(fcv *fcv1.FlashCacheVolume, now time.Time) *report {
 	st := &report{now: now, old: fcv.Status.Conditions, observedGeneration: fcv.Status.ObservedGeneration,
 		device: fcv.Status.Device.DeepCopy(), hitRatio: fcv.Status.HitRatioPercent,
-		wearPercent: fcv.Status.CacheWearPercent, safety: fcv.Status.Safety.DeepCopy()}
+		wearPercent: fcv.Status.CacheWearPercent, safety: fcv.Status.Safety.DeepCopy(), failure: fcv.Status.Failure.DeepCopy()}
 	if fcv.Status.DirtyData != nil {
 		d := fcv.Status.DirtyData.Value()
 		st.dirty = &d
@@ -103,12 +104,39 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested,
 			"no drain or eviction is waiting for this volume")
 	}
-	if s.State == "no cache" || s.CacheSetUUID == "" {
+	st.setFailure(engine.FailureOfStatus(s))
+	switch {
+	case st.failure != nil:
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, st.failure.Reason,
+			"the backing disk returned I/O errors: bcache "+st.failure.KernelAction)
+	case s.State == "no cache" || s.CacheSetUUID == "":
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, fcv1.ReasonNoCache,
 			"the bcache device runs without its cache: reads and writes go to the backing disk")
-	} else {
+	default:
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionFalse, fcv1.ReasonRunning,
 			fmt.Sprintf("running with its cache, %s", s.State))
+	}
+}
+
+// setFailure records a device failure, or clears it (nil). The dirty data is the failure's own
+// reading when the device still runs, otherwise the last one the status holds.
+func (st *report) setFailure(f *engine.Failure) {
+	if f == nil {
+		st.failure = nil
+		return
+	}
+	since := metav1.NewTime(st.now)
+	if st.failure != nil && st.failure.Reason == f.Reason && st.failure.Since != nil {
+		since = *st.failure.Since
+	}
+	st.failure = &fcv1.FailureStatus{Device: f.Device, Reason: f.Reason, Since: &since, DirtyDataAtRisk: f.DirtyAtRisk, KernelAction: f.KernelAction}
+	dirty := st.dirty
+	if f.DirtyBytes != nil {
+		dirty = f.DirtyBytes
+		st.dirty = f.DirtyBytes
+	}
+	if dirty != nil {
+		st.failure.DirtyDataLastObserved = resource.NewQuantity(*dirty, resource.BinarySI)
 	}
 }
 
@@ -142,6 +170,16 @@ func (r *Reconciler) applyStatus(ctx context.Context, fcv *fcv1.FlashCacheVolume
 			sac.WithCheckedAt(*s.CheckedAt)
 		}
 		status.WithSafety(sac)
+	}
+	if f := st.failure; f != nil {
+		fac := fcv1ac.FailureStatus().WithDevice(f.Device).WithReason(f.Reason).WithDirtyDataAtRisk(f.DirtyDataAtRisk).WithKernelAction(f.KernelAction)
+		if f.Since != nil {
+			fac.WithSince(*f.Since)
+		}
+		if f.DirtyDataLastObserved != nil {
+			fac.WithDirtyDataLastObserved(*f.DirtyDataLastObserved)
+		}
+		status.WithFailure(fac)
 	}
 	for _, c := range []*metav1.Condition{st.provisioned, st.safetyChecked, st.flushing, st.degraded} {
 		if c == nil {

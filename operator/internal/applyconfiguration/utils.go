@@ -22,6 +22,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.CacheDeviceSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("DeviceStatus"):
 		return &apiv1alpha1.DeviceStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FailureStatus"):
+		return &apiv1alpha1.FailureStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FlashCacheVolume"):
 		return &apiv1alpha1.FlashCacheVolumeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FlashCacheVolumeSpec"):

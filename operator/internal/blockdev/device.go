@@ -44,7 +44,13 @@ type Device struct {
 	WriteCache      string // "write back" or "write through"
 	FUA             bool
 	LogicalBlock    int64
+	// State is the SCSI disk's state (running, offline, blocked...); empty for other disks.
+	State string
 }
+
+// Offline says the kernel has taken the disk offline after errors, or was told to: it rejects
+// every I/O to it.
+func (d Device) Offline() bool { return d.State == "offline" }
 
 // IsPartition says whether the device is a partition of a disk.
 func (d Device) IsPartition() bool { return d.Parent != "" }
@@ -127,6 +133,9 @@ func inspectName(path, name string) (Device, error) {
 	fua, _ := readTrim(filepath.Join(queue, "fua"))
 	d.FUA = fua == "1"
 	d.LogicalBlock, _ = readInt(filepath.Join(queue, "logical_block_size"))
+	if scsi, err := os.Stat(filepath.Join(filepath.Dir(queue), "device", "scsi_disk")); err == nil && scsi.IsDir() {
+		d.State, _ = readTrim(filepath.Join(filepath.Dir(queue), "device", "state"))
+	}
 	return d, nil
 }
 

@@ -221,6 +221,7 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 			var refusal *engine.Refusal
 			var lost *engine.SessionLostError
 			var cacheLost *engine.CacheLostError
+			var backingFailed *engine.BackingFailedError
 			switch {
 			case errors.As(err, &refusal):
 				r.Error.Reason, r.Error.Field = refusal.Reason, refusal.Field
@@ -230,6 +231,11 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 				r.Error.Reason, r.Error.Field = fcv1.ReasonCacheDeviceLost, "cacheDevice.path"
 				if r.Status == nil {
 					r.Status = cacheLost.Status
+				}
+			case errors.As(err, &backingFailed):
+				r.Error.Reason, r.Error.Field = fcv1.ReasonBackingDeviceErrors, "backingDevice.path"
+				if r.Status == nil {
+					r.Status = backingFailed.Status
 				}
 			}
 			report.Failed = true

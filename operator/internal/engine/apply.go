@@ -69,6 +69,10 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	check := e.lastCheck(v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
 	o, err := e.converge(ctx, v, want, res)
+	var lost *CacheLostError
+	if errors.As(err, &lost) {
+		return res, e.keepServing(ctx, v, lost, res)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -96,6 +100,11 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	}
 	res.Status = statusOf(v, o)
 	res.Status.Held = want.Hold
+	if n := res.Status.BackingIOErrors; n > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %s returned %d I/O errors since bcache registered it; at %d bcache stops /dev/%s "+
+			"(dirty data stays on the cache device). The count starts again when the device is registered again",
+			fcv1.ReasonBackingDeviceErrors, o.Backing.DevPath, n, res.Status.BackingIOErrorLimit, res.Status.Device))
+	}
 	return res, nil
 }
 

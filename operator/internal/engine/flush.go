@@ -29,6 +29,10 @@ type Status struct {
 	WritebackRateBytes int64 `json:"writebackRateBytes"`
 	// CacheAvailablePercent is the share of the cache set neither dirty nor pinned.
 	CacheAvailablePercent int32 `json:"cacheAvailablePercent"`
+	// BackingIOErrors are the backing disk's I/O errors bcache counted since it registered the
+	// device; at BackingIOErrorLimit it stops the device (dirty data stays on the cache).
+	BackingIOErrors     int64 `json:"backingIOErrors"`
+	BackingIOErrorLimit int64 `json:"backingIOErrorLimit,omitempty"`
 }
 
 func statusOf(v Volume, o *Observation) *Status {
@@ -53,6 +57,8 @@ func statusOf(v Volume, o *Observation) *Status {
 	s.CacheMode, _ = blockdev.ActiveChoice(o.Knobs["cache_mode"])
 	s.State = o.Knobs["state"]
 	s.DirtyBytes, _ = blockdev.ParseHumanSize(o.Knobs["dirty_data"])
+	s.BackingIOErrors, _ = strconv.ParseInt(o.Knobs["io_errors"], 10, 64)
+	s.BackingIOErrorLimit, _ = strconv.ParseInt(o.Knobs["io_error_limit"], 10, 64)
 	// Statistics only: a kernel that lacks one leaves it zero rather than failing the status.
 	dir := o.BackingReg.Sysfs
 	if v, err := blockdev.Knob(dir, "stats_total/cache_hit_ratio"); err == nil {

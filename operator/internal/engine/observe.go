@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
-	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
 // Observation is the host state that matters to one volume, read fresh before every step.
@@ -48,7 +46,25 @@ type Observation struct {
 }
 
 // backingKnobs are the backing device's tunables the engine manages.
-var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label"}
+var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label",
+	"stop_when_cache_set_failed", "io_error_limit", "io_errors"}
+
+// cacheKnobs are the cache device's tunables the engine manages; set/ is its cache set's folder.
+var cacheKnobs = []string{"cache_replacement_policy", "set/errors", "set/io_error_limit"}
+
+// backingKnobValues reads the tunables of a registered backing device; nil when it is not.
+func backingKnobValues(reg *blockdev.BackingRegistration) map[string]string {
+	if reg == nil {
+		return nil
+	}
+	knobs := map[string]string{}
+	for _, k := range backingKnobs {
+		if val, err := blockdev.Knob(reg.Sysfs, k); err == nil {
+			knobs[k] = val
+		}
+	}
+	return knobs
+}
 
 // Observe reads what the kernel and the disks say about the volume's devices.
 func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
@@ -66,6 +82,9 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 	}
 	if o.Backing, err = e.backingDevice(ctx, v); err != nil {
 		return nil, err
+	}
+	if o.Backing.Offline() {
+		return nil, e.backingOffline(v, o)
 	}
 	if o.CacheMounts, err = blockdev.MountedAt(o.Cache); err != nil {
 		return nil, err
@@ -108,8 +127,10 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 		if o.CacheReg != nil {
 			o.CacheKnobs = map[string]string{}
 			dir := cacheKnobDir(part.Name)
-			if val, err := blockdev.Knob(dir, "cache_replacement_policy"); err == nil {
-				o.CacheKnobs["cache_replacement_policy"] = val
+			for _, k := range cacheKnobs {
+				if val, err := blockdev.Knob(dir, k); err == nil {
+					o.CacheKnobs[k] = val
+				}
 			}
 		}
 	}
@@ -145,86 +166,9 @@ func (e *Engine) observeBacking(ctx context.Context, v Volume, o *Observation) e
 		_, err := os.Stat(filepath.Join(blockdev.SysFsBcache, o.BackingReg.AttachedSet, "cache0"))
 		o.AttachedCacheAlive = err == nil
 	}
-	if o.BackingReg != nil {
-		o.Knobs = map[string]string{}
-		for _, k := range backingKnobs {
-			if val, err := blockdev.Knob(o.BackingReg.Sysfs, k); err == nil {
-				o.Knobs[k] = val
-			}
-		}
-	}
+	o.Knobs = backingKnobValues(o.BackingReg)
 	o.StableTarget = readLink(v.StablePath())
 	return nil
-}
-
-// CacheLostError: the cache device the spec names is gone while the backing device still
-// carries this volume's superblock: the SSD died, or was pulled. What that means for the data
-// depends on whether bcache had dirty data on it, which the message says.
-type CacheLostError struct {
-	Path string
-	// Status is the bcache device's, when it still runs (uncached, or not yet aware).
-	Status *Status
-	// DirtyOnDisk: the backing superblock says dirty, so writes acknowledged from the cache
-	// may exist only on the lost device.
-	DirtyOnDisk bool
-	missing     error
-	// backing is what is left to observe: the backing device alone, for Teardown.
-	backing *Observation
-}
-
-func (e *CacheLostError) Unwrap() error { return e.missing }
-
-// Dirty says whether dirty data was at stake: dirty bytes counted by the running device, or a
-// dirty backing superblock.
-func (e *CacheLostError) Dirty() bool {
-	return e.DirtyOnDisk || (e.Status != nil && e.Status.DirtyBytes > 0)
-}
-
-func (e *CacheLostError) Error() string {
-	running := e.Status != nil && e.Status.Device != ""
-	switch {
-	case e.Dirty() && running:
-		return fmt.Sprintf("cacheDevice.path: %s is gone with %s of dirty data on it: those writes exist only on the lost device. "+
-			"bcache stops /dev/%s at its next cache I/O error rather than serve stale blocks (stop_when_cache_set_failed=auto); "+
-			"flashcache will not start it by force", e.Path, units.Bytes(e.Status.DirtyBytes), e.Status.Device)
-	case e.Dirty():
-		return fmt.Sprintf("cacheDevice.path: %s is gone and the backing disk's superblock says dirty: writes acknowledged from the cache "+
-			"exist only on the lost device, so the volume is not started (starting it would serve stale blocks silently). "+
-			"If the device cannot come back, accepting the loss means running the backing disk without its cache", e.Path)
-	case running && e.Status.CacheSetUUID != "":
-		return fmt.Sprintf("cacheDevice.path: %s is gone; no dirty data was on it. bcache has not noticed yet: its next read from the "+
-			"cache fails once, then it detaches the cache and /dev/%s serves from the backing disk alone, uncached. "+
-			"Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data", e.Path, e.Status.Device)
-	case running:
-		return fmt.Sprintf("cacheDevice.path: %s is gone; no dirty data was on it, and /dev/%s serves from the backing disk alone, uncached. "+
-			"Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data", e.Path, e.Status.Device)
-	default:
-		return fmt.Sprintf("cacheDevice.path: %s is gone; the backing disk is clean and holds every write. "+
-			"Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data", e.Path)
-	}
-}
-
-// cacheLost explains a missing cache device when the backing device is this volume's; otherwise
-// it returns missing as it is.
-func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
-	o := &Observation{}
-	var err error
-	if o.Backing, err = e.backingDevice(ctx, v); err != nil {
-		return missing
-	}
-	if o.BackingSigs, err = e.Run.Signatures(ctx, o.Backing.DevPath); err != nil {
-		return missing
-	}
-	if err := e.observeBacking(ctx, v, o); err != nil || o.BackingSB == nil || o.BackingSB.IsCache() || o.BackingSB.Label() != v.Label() {
-		return missing
-	}
-	lost := &CacheLostError{Path: v.Spec.CacheDevice.Path, missing: missing, backing: o,
-		DirtyOnDisk: strings.Contains(o.BackingSB.Fields["dev.data.cache_state"], "dirty")}
-	if o.BackingReg != nil {
-		lost.Status = statusOf(v, o)
-		lost.Status.Held = e.held(v)
-	}
-	return lost
 }
 
 // backingDevice resolves the backing device: a local path, or the LUN of a logged-in session.

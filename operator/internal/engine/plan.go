@@ -33,6 +33,10 @@ const (
 	// The iSCSI steps run before the others: the backing LUN has no device until the login.
 	StepISCSILogin   StepKind = "iscsi-login"
 	StepISCSIStartup StepKind = "iscsi-start-at-boot"
+	// With the cache device lost: detach a clean volume from its dead cache set, or start the
+	// backing device alone.
+	StepDetachLostCache   StepKind = "detach-lost-cache"
+	StepStartWithoutCache StepKind = "start-without-cache"
 )
 
 // Step is one action. Steps after the first may name devices that do not exist yet (the cache
@@ -234,9 +238,10 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
 		}
 	}
-	policy := replacementPolicyOf(v)
-	if have, _ := blockdev.ActiveChoice(o.CacheKnobs["cache_replacement_policy"]); have != policy {
-		steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: "cache_replacement_policy", Value: policy, From: have})
+	for _, t := range cacheTunables(v) {
+		if have := o.CacheKnobs[t.name]; !t.matches(have) {
+			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
+		}
 	}
 
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
@@ -345,12 +350,9 @@ func tunables(v Volume, want Desired) []tunable {
 	if v.Spec.SequentialCutoff != nil {
 		cutoff = v.Spec.SequentialCutoff.Value()
 	}
-	exact := func(value string) func(string) bool {
-		return func(have string) bool { return have == value }
-	}
 	return []tunable{
 		{"label", v.Label(), exact(v.Label())},
-		{"cache_mode", mode, func(have string) bool { a, _ := blockdev.ActiveChoice(have); return a == mode }},
+		{"cache_mode", mode, choice(mode)},
 		{"writeback_percent", strconv.Itoa(int(percent)), exact(strconv.Itoa(int(percent)))},
 		{"writeback_delay", kernelWritebackDelay, exact(kernelWritebackDelay)},
 		// Stopped writeback leaves dirty data on the SSD for ever.
@@ -363,7 +365,41 @@ func tunables(v Volume, want Desired) []tunable {
 			}
 			return humanSize(got) == humanSize(cutoff)
 		}},
+		// What bcache does when the cache set fails: stop the device only if it has dirty data,
+		// which would otherwise be served stale; a clean one keeps serving from the backing disk.
+		{"stop_when_cache_set_failed", "auto", choice("auto")},
+		// The kernel's default, set so that a host's own tuning cannot change it unseen: after 64
+		// backing I/O errors bcache stops the device, and dirty data stays on the cache.
+		{"io_error_limit", backingIOErrorLimit, exact(backingIOErrorLimit)},
 	}
+}
+
+// backingIOErrorLimit and cacheIOErrorLimit are the kernel's defaults, chosen on purpose: a failing
+// SSD is given up after a few errors (its clean data can be read from the backing disk), a failing
+// backing disk after more (nothing else holds its data).
+const (
+	backingIOErrorLimit = "64"
+	cacheIOErrorLimit   = "8"
+)
+
+// cacheTunables are the cache device's and its cache set's knobs as the volume wants them.
+func cacheTunables(v Volume) []tunable {
+	return []tunable{
+		{"cache_replacement_policy", replacementPolicyOf(v), choice(replacementPolicyOf(v))},
+		// A failed cache set is unregistered, never a kernel panic: one volume's SSD must not take
+		// the node and its other volumes down.
+		{"set/errors", "unregister", choice("unregister")},
+		{"set/io_error_limit", cacheIOErrorLimit, exact(cacheIOErrorLimit)},
+	}
+}
+
+func exact(value string) func(string) bool {
+	return func(have string) bool { return have == value }
+}
+
+// choice matches a sysfs list such as "[auto] always" whose active entry is value.
+func choice(value string) func(string) bool {
+	return func(have string) bool { a, _ := blockdev.ActiveChoice(have); return a == value }
 }
 
 // humanSize prints bytes the way bcache does (bch_hprint), for comparisons at its precision.

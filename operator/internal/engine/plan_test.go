@@ -46,7 +46,7 @@ func converged(v Volume) *Observation {
 	o.CachePartSigs = []blockdev.Signature{{Type: "bcache"}}
 	o.CacheSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "3 [cache device]", "cset.uuid": "set-1", "dev.uuid": "c-1"}}
 	o.CacheReg = &blockdev.CacheRegistration{SetUUID: "set-1"}
-	o.CacheKnobs = map[string]string{"cache_replacement_policy": "[lru] fifo random"}
+	o.CacheKnobs = map[string]string{"cache_replacement_policy": "[lru] fifo random", "set/errors": "[unregister] panic", "set/io_error_limit": "8"}
 	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
 	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
 	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/sda/bcache", Device: "bcache0", AttachedSet: "set-1"}
@@ -54,6 +54,7 @@ func converged(v Volume) *Observation {
 	o.Knobs = map[string]string{
 		"label": v.Label(), "cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
 		"writeback_delay": "30", "writeback_running": "1", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
+		"stop_when_cache_set_failed": "[auto] always", "io_error_limit": "64", "io_errors": "0",
 	}
 	o.StableTarget = "/dev/bcache0"
 	return o
@@ -78,7 +79,8 @@ func TestPlanFromBlankDisksBuildsEverythingInOrder(t *testing.T) {
 	}
 	want := "partition-cache-device make-bcache register-cache register-backing attach " +
 		"set-tunable:label set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:writeback_running set-tunable:sequential_cutoff " +
-		"set-cache-tunable:cache_replacement_policy link-stable-path"
+		"set-tunable:stop_when_cache_set_failed set-tunable:io_error_limit " +
+		"set-cache-tunable:cache_replacement_policy set-cache-tunable:set/errors set-cache-tunable:set/io_error_limit link-stable-path"
 	if got := kinds(steps); got != want {
 		t.Errorf("steps:\n got %s\nwant %s", got, want)
 	}

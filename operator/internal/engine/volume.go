@@ -22,6 +22,14 @@ type Volume struct {
 	// CHAP holds the credentials of spec.backingDevice.iscsi.chapSecretRef, read by the front
 	// end (the agent from the Secret, `flashcache node` from a Secret in the volume file).
 	CHAP *blockdev.CHAP
+	// AcceptedCacheLoss is the flashcache.io/accept-cache-loss annotation: the cache device path
+	// whose dirty data a person has given up. It counts only while it names the spec's path.
+	AcceptedCacheLoss string
+}
+
+// VolumeOf is the engine's view of a FlashCacheVolume, from the API server or a volume file.
+func VolumeOf(fcv *fcv1.FlashCacheVolume) Volume {
+	return Volume{Name: fcv.Name, Spec: fcv.Spec, AcceptedCacheLoss: fcv.Annotations[fcv1.AnnotationAcceptCacheLoss]}
 }
 
 // bcacheLabelMax is the size of the label field in a bcache superblock (SB_LABEL_SIZE).

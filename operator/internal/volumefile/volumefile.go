@@ -180,7 +180,7 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 			return nil, fmt.Errorf("document %d: volume %q appears twice", doc, fcv.Name)
 		}
 		seen[fcv.Name] = true
-		volumes = append(volumes, engine.Volume{Name: fcv.Name, Spec: fcv.Spec})
+		volumes = append(volumes, engine.VolumeOf(&fcv))
 	}
 	for i := range volumes {
 		ref := chapSecretRef(volumes[i])

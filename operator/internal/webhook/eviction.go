@@ -133,7 +133,7 @@ func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([
 // needsFlush: a writeback volume, or one whose device still runs in writeback, may hold data
 // that is on the cache device only.
 func needsFlush(fcv *fcv1.FlashCacheVolume) bool {
-	if (engine.Volume{Name: fcv.Name, Spec: fcv.Spec}).Mode() == fcv1.CacheModeWriteback {
+	if engine.VolumeOf(fcv).Mode() == fcv1.CacheModeWriteback {
 		return true
 	}
 	if d := fcv.Status.Device; d != nil && d.CacheMode == fcv1.CacheModeWriteback {

@@ -70,6 +70,29 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: state
       type:
         scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FailedDevice
+  scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FailureStatus
+  map:
+    fields:
+    - name: device
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FailedDevice
+    - name: dirtyDataAtRisk
+      type:
+        scalar: boolean
+    - name: dirtyDataLastObserved
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: kernelAction
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+    - name: since
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.FileSystemType
   scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCacheVolume
@@ -157,6 +180,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: dirtyData
       type:
         namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: failure
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FailureStatus
     - name: hitRatioPercent
       type:
         scalar: numeric

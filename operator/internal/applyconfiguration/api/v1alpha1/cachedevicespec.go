@@ -9,6 +9,9 @@ package v1alpha1
 type CacheDeviceSpecApplyConfiguration struct {
 	// path is the whole cache device by a stable name: /dev/disk/by-id/... or /dev/disk/by-path/...
 	// Kernel names such as /dev/nvme0n1 change across boots and are refused.
+	// It is the one device that may change, to replace a lost SSD: the agent refuses a new device
+	// while the old one still works (CacheStillAttached), and partitions a new blank one and
+	// attaches it to the backing disk without touching the data (docs/runbooks).
 	Path *string `json:"path,omitempty"`
 	// overProvisionPercent is the share of the device left unpartitioned, after a full discard,
 	// as spare area for the SSD's wear levelling.

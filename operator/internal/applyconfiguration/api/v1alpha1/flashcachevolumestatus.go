@@ -32,6 +32,9 @@ type FlashCacheVolumeStatusApplyConfiguration struct {
 	CacheWearPercent *int32 `json:"cacheWearPercent,omitempty"`
 	// safety is the last verdict of the durability checks.
 	Safety *SafetyStatusApplyConfiguration `json:"safety,omitempty"`
+	// failure is the cache or backing device failure the volume is living with, if any: what
+	// was at stake and what bcache did. It goes when the volume is whole again.
+	Failure *FailureStatusApplyConfiguration `json:"failure,omitempty"`
 	// conditions: Ready (operator), Provisioned, SafetyChecked, Flushing, Degraded (agent).
 	Conditions []v1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
@@ -103,6 +106,14 @@ func (b *FlashCacheVolumeStatusApplyConfiguration) WithCacheWearPercent(value in
 // If called multiple times, the Safety field is set to the value of the last call.
 func (b *FlashCacheVolumeStatusApplyConfiguration) WithSafety(value *SafetyStatusApplyConfiguration) *FlashCacheVolumeStatusApplyConfiguration {
 	b.Safety = value
+	return b
+}
+
+// WithFailure sets the Failure field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Failure field is set to the value of the last call.
+func (b *FlashCacheVolumeStatusApplyConfiguration) WithFailure(value *FailureStatusApplyConfiguration) *FlashCacheVolumeStatusApplyConfiguration {
+	b.Failure = value
 	return b
 }
 
