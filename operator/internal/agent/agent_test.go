@@ -104,3 +104,37 @@ func TestProgressMessageShowsWhatDrainPrints(t *testing.T) {
 		t.Errorf("progress: %q", msg)
 	}
 }
+
+// A device failure is kept in status.failure with the dirty data last observed: the running
+// device's own figure when there is one, else the one the status held from before the failure;
+// its first sighting stays; a whole volume clears it.
+func TestReportKeepsTheFailureWithTheDirtyDataLastObserved(t *testing.T) {
+	first := time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+	fcv := &fcv1.FlashCacheVolume{}
+	st := newReport(fcv, first)
+	st.fromResult(&engine.Result{Status: &engine.Status{Device: "bcache0", CacheSetUUID: "u", State: "dirty", DirtyBytes: 3 << 20}}, 1)
+	if st.failure != nil {
+		t.Fatalf("a whole volume has no failure: %+v", st.failure)
+	}
+	st.setFailure(engine.FailureOf(&engine.CacheLostError{Path: "/dev/disk/by-id/nvme-x", DirtyOnDisk: true}))
+	f := st.failure
+	if f == nil || f.Device != fcv1.FailedDeviceCache || f.Reason != fcv1.ReasonCacheDeviceLost || !f.DirtyDataAtRisk ||
+		f.DirtyDataLastObserved == nil || f.DirtyDataLastObserved.Value() != 3<<20 || !f.Since.Time.Equal(first) || f.KernelAction == "" {
+		t.Fatalf("after the loss: %+v", f)
+	}
+	st.now = first.Add(time.Minute)
+	st.setFailure(engine.FailureOf(&engine.CacheLostError{Path: "/dev/disk/by-id/nvme-x", DirtyOnDisk: true}))
+	if !st.failure.Since.Time.Equal(first) {
+		t.Errorf("the same failure seen again moved since to %v", st.failure.Since)
+	}
+	st.fromResult(&engine.Result{Status: &engine.Status{Device: "bcache0", CacheSetUUID: "u2", State: "clean"}}, 2)
+	if st.failure != nil || st.degraded.Status != metav1.ConditionFalse {
+		t.Errorf("after the replacement: failure %+v, degraded %+v", st.failure, st.degraded)
+	}
+	// Backing I/O errors counted on a running device are a failure of their own.
+	st.fromResult(&engine.Result{Status: &engine.Status{Device: "bcache0", CacheSetUUID: "u2", State: "clean", BackingIOErrors: 2, BackingIOErrorLimit: 64}}, 2)
+	if st.failure == nil || st.failure.Device != fcv1.FailedDeviceBacking || st.degraded.Reason != fcv1.ReasonBackingDeviceErrors ||
+		!strings.Contains(st.degraded.Message, "counted 2 backing I/O errors") {
+		t.Errorf("with backing errors: failure %+v, degraded %+v", st.failure, st.degraded)
+	}
+}

@@ -221,6 +221,8 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			reg, err := blockdev.RegisteredCache(o.CachePart.Name)
 			return reg != nil, err
 		})
+	case StepDetachLostCache:
+		return e.executeWithoutCache(ctx, v, o, s)
 	case StepRegisterBacking:
 		if err := blockdev.Register(o.Backing.DevPath); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -154,10 +155,14 @@ func (e *Engine) executeWithoutCache(ctx context.Context, v Volume, o *Observati
 		if err := blockdev.SetKnob(filepath.Join(blockdev.SysFsBcache, s.Value), "unregister", "1"); err != nil {
 			return err
 		}
-		return e.waitUntil(ctx, s.Device+" to detach from the lost cache set "+s.Value, func() (bool, error) {
+		if err := e.waitUntil(ctx, s.Device+" to detach from the lost cache set "+s.Value, func() (bool, error) {
 			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
 			return reg != nil && reg.AttachedSet == "", err
-		})
+		}); err != nil {
+			return err
+		}
+		// The kernel takes a new SSD into the set's UUID only once the old set is freed.
+		return e.waitForSetGone(ctx, s.Value)
 	case StepRegisterBacking:
 		return e.execute(ctx, v, o, s)
 	case StepStartWithoutCache:
@@ -268,4 +273,17 @@ func FailureOfStatus(s *Status) *Failure {
 	}
 	return &Failure{Device: fcv1.FailedDeviceBacking, Reason: fcv1.ReasonBackingDeviceErrors, DirtyBytes: &s.DirtyBytes,
 		KernelAction: fmt.Sprintf("counted %d backing I/O errors since the device was registered; stops it at %d, and the cache set keeps the dirty data", s.BackingIOErrors, s.BackingIOErrorLimit)}
+}
+
+// waitForSetGone waits until the kernel has freed a cache set, which it does some time after the
+// set was unregistered or failed: until then a new cache device with the same set UUID is
+// refused ("duplicate cache set member", EINVAL).
+func (e *Engine) waitForSetGone(ctx context.Context, set string) error {
+	return e.waitUntil(ctx, "the kernel to free cache set "+set, func() (bool, error) {
+		_, err := os.Stat(filepath.Join(blockdev.SysFsBcache, set))
+		if errors.Is(err, os.ErrNotExist) {
+			return true, nil
+		}
+		return false, err
+	})
 }

@@ -145,6 +145,17 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 				"a new SSD replaces a lost one only; to move a working volume, flush it, tear it down and build it again",
 				o.Backing.DevPath, o.BackingReg.AttachedSet, o.Cache.Path)}
 	}
+	if backingIsOurs && o.BackingReg != nil && o.BackingReg.AttachedSet != "" && !o.AttachedCacheAlive &&
+		!(cacheIsOurs && o.CacheSB != nil && o.CacheSB.SetUUID() == o.BackingReg.AttachedSet) {
+		// A new SSD for a lost one that bcache has not failed yet: the backing device leaves the
+		// dead set first, and only if nothing dirty stays behind in it.
+		if dirty, _ := blockdev.ParseHumanSize(o.Knobs["dirty_data"]); dirty > 0 {
+			return nil, &Refusal{Reason: ReasonDirtyWithoutCache, Field: "cacheDevice.path",
+				Message: fmt.Sprintf("%s has %s of dirty data in cache set %s, whose cache device is gone; a new cache would lose it",
+					o.Backing.DevPath, o.Knobs["dirty_data"], o.BackingReg.AttachedSet)}
+		}
+		steps = append(steps, Step{Kind: StepDetachLostCache, Device: o.Backing.DevPath, Value: o.BackingReg.AttachedSet})
+	}
 	if o.CachePart != nil {
 		cachePart = o.CachePart.DevPath
 	}
@@ -205,7 +216,9 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			return nil, &Refusal{Reason: ReasonDirtyWithoutCache, Field: "cacheDevice.path",
 				Message: fmt.Sprintf("%s holds dirty data of cache set %s, which is not on %s; a new cache would lose it", o.Backing.DevPath, o.BackingSB.SetUUID(), cachePart)}
 		}
-		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart, Value: o.BackingSB.SetUUID()})
+		// A cache set of its own, attached below: reusing the lost set's UUID would let the old
+		// SSD, should it come back, claim the backing device too.
+		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart})
 	case !backingIsOurs:
 		steps = append(steps, Step{Kind: StepMakeBacking, Device: o.Backing.DevPath, Value: set})
 	}

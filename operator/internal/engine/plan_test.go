@@ -227,12 +227,18 @@ func TestANewCacheDeviceIsRefusedWhileTheOldOneLives(t *testing.T) {
 		t.Errorf("refusal %s on %s", r.Reason, r.Field)
 	}
 	// Once the old device is gone (bcache still lists the set until it meets an I/O error) the
-	// new one is partitioned first.
+	// backing device leaves the dead set, and the new one is partitioned.
 	o.AttachedCacheAlive = false
 	steps, err := Plan(v, o, Desired{})
-	if err != nil || len(steps) == 0 || steps[0].Kind != StepPartitionCache {
+	if err != nil || len(steps) < 2 || steps[0].Kind != StepDetachLostCache || steps[0].Value != "set-1" || steps[1].Kind != StepPartitionCache {
 		t.Errorf("with the old cache gone: %v, %v", kinds(steps), err)
 	}
+	// Unless dirty data stays behind in the dead set.
+	o.Knobs["dirty_data"] = "4.0k"
+	if _, err := Plan(v, o, Desired{}); refusal(t, err).Reason != ReasonDirtyWithoutCache {
+		t.Errorf("a new cache planned while dirty data is in the dead set: %v", err)
+	}
+	o.Knobs["dirty_data"] = "0.0k"
 	// The volume's own cache, converged, is never refused.
 	if _, err := Plan(v, func() *Observation { c := converged(v); c.AttachedCacheAlive = true; return c }(), Desired{}); err != nil {
 		t.Errorf("converged volume: %v", err)
@@ -300,8 +306,9 @@ func TestMissingCacheSuperblockIsRemadeOnlyForACleanBackingDevice(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if steps[0].Kind != StepMakeCache || steps[0].Value != "set-1" {
-		t.Errorf("first step = %v, want make-bcache-cache into set-1", steps[0])
+	// A set of its own, never the old UUID: the old SSD, should it return, must not claim the disk.
+	if steps[0].Kind != StepMakeCache || steps[0].Value != "" {
+		t.Errorf("first step = %v, want make-bcache-cache into a new set", steps[0])
 	}
 	o.BackingSB.Fields["dev.data.cache_state"] = "2 [dirty]"
 	if _, err := Plan(v, o, Desired{}); refusal(t, err).Reason != ReasonDirtyWithoutCache {

@@ -164,3 +164,15 @@ func TestReadTakesCHAPFromASecretInTheFile(t *testing.T) {
 		}
 	}
 }
+
+// The acceptance of a lost cache's dirty data travels with the volume, as on the API object.
+func TestReadKeepsTheAcceptedCacheLoss(t *testing.T) {
+	doc := strings.Replace(twoVolumes, "metadata: {name: mysql-a}", "metadata: {name: mysql-a, annotations: {flashcache.io/accept-cache-loss: /dev/disk/by-id/nvme-old}}", 1)
+	vols, err := Read(context.Background(), strings.NewReader(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vols[0].AcceptedCacheLoss != "/dev/disk/by-id/nvme-old" || vols[1].AcceptedCacheLoss != "" {
+		t.Errorf("accepted cache loss: %q, %q", vols[0].AcceptedCacheLoss, vols[1].AcceptedCacheLoss)
+	}
+}

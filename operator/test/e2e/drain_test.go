@@ -67,11 +67,12 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	// calls Unsafe.
 	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing", Size: 2 << 30, Cache: vmharness.CacheVolatileHonest}
 
-	// A second volume whose SSD the test pulls out.
+	// A second volume whose SSD the test pulls out, and the SSD that replaces it.
 	nvmeLoss := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-e2e-cache-loss", Size: 512 << 20}
+	nvmeNew := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-e2e-cache-new", Size: 512 << 20}
 	hddLoss := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-e2e-backing-loss", Size: 512 << 20}
 
-	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd, nvmeLoss, hddLoss}})
+	vm, c := clusterAndGuest(t, ctx, dir, vmharness.Options{Image: image, Disks: []vmharness.Disk{nvme, hdd, nvmeLoss, nvmeNew, hddLoss}})
 	kubectl, err := c.Kubectl()
 	if err != nil {
 		t.Fatal(err)
@@ -402,8 +403,8 @@ spec:
 		}
 	})
 
-	t.Run("ALostSSDIsDegradedAndTheVolumeCanStillBeDeleted", func(t *testing.T) {
-		testCacheLoss(t, ctx, vm, k8s, kubectl, dir, nvmeLoss, hddLoss)
+	t.Run("ALostSSDIsDegradedThenReplacedThroughTheSpec", func(t *testing.T) {
+		testCacheLoss(t, ctx, vm, k8s, kubectl, dir, nvmeLoss, nvmeNew, hddLoss)
 	})
 
 	t.Run("DeletingTheVolumeTearsTheDeviceDown", func(t *testing.T) {

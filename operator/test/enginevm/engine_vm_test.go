@@ -72,6 +72,9 @@ type report struct {
 			DirtyBytes    int64  `json:"dirtyBytes"`
 			CacheSetUUID  string `json:"cacheSetUUID"`
 			BackingUUID   string `json:"backingUUID"`
+			// Backing I/O errors bcache counted, and its limit.
+			BackingIOErrors     int64 `json:"backingIOErrors"`
+			BackingIOErrorLimit int64 `json:"backingIOErrorLimit"`
 		} `json:"status"`
 		Flush *struct {
 			FlushedBytes   int64   `json:"flushedBytes"`

@@ -4,33 +4,55 @@ package enginevm
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/flashcache/flashcache/operator/internal/safety"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
 var (
 	cacheLost   = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-lost", Size: 1 << 30}
 	cacheSpare  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-spare", Size: 1 << 30}
+	cacheThird  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-third", Size: 1 << 30}
 	survivorHDD = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-survivor", Size: 1 << 30}
+
+	cacheOfFlaky = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-flaky", Size: 1 << 30}
+	flakyHDD     = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-flaky", Size: 1 << 30}
 )
 
-// TestCacheDeviceLossAndReplacement pulls the SSD out from under a running volume (its PCI
-// function removed, as when a drive dies or is pulled): clean, the volume keeps serving from the
-// backing disk and says so, and a new SSD is attached without touching the data; dirty, the
-// engine says the dirty data is at stake and starts nothing by force.
+// TestCacheDeviceLossAndReplacement loses the SSD under a volume in each way it happens: pulled
+// while running (its PCI function removed) clean and dirty, and missing at boot dirty and clean.
+// Clean, the volume keeps serving from the backing disk and says so; dirty, it is not started
+// until the SSD comes back (with its data) or a person accepts the loss. A new SSD is attached
+// without touching the data.
 func TestCacheDeviceLossAndReplacement(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	g := bootGuest(t, ctx, cacheLost, cacheSpare, survivorHDD)
+	g := bootGuest(t, ctx, cacheLost, cacheSpare, cacheThird, survivorHDD)
 	const tunables = "  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n"
 	g.volumeFile(t, "lost.yaml", "survivor", cacheLost.ByID(), survivorHDD.ByID(), trusted+tunables)
 	g.volumeFile(t, "spare.yaml", "survivor", cacheSpare.ByID(), survivorHDD.ByID(), trusted+tunables)
+	g.volumeFile(t, "third.yaml", "survivor", cacheThird.ByID(), survivorHDD.ByID(), trusted+tunables)
 	pull := func(t *testing.T, d vmharness.Disk) {
 		t.Helper()
 		if err := g.vm.Pull(ctx, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// bootWith cuts the power and boots again without the SSD, or with it back.
+	bootWith := func(t *testing.T, d vmharness.Disk, present bool) {
+		t.Helper()
+		g.sh(t, "sync")
+		if err := g.vm.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.vm.SetPresent(d, present); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.vm.Start(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -40,7 +62,14 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			"--direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null")
 	}
 	const sum = "dd if=/dev/flashcache/survivor bs=1M count=256 iflag=direct status=none | md5sum"
-	var before, backingUUID string
+	bcacheDevices := func(t *testing.T) string { return g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true") }
+	wantLost := func(t *testing.T, r report, code int, inMessage string) {
+		t.Helper()
+		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceLost" || e.Field != "cacheDevice.path" || !strings.Contains(e.Message, inMessage) {
+			t.Fatalf("want CacheDeviceLost on cacheDevice.path saying %q: exit %d\n%s", inMessage, code, r)
+		}
+	}
+	var before, backingUUID, dirtySum string
 
 	steps := []struct {
 		name string
@@ -52,6 +81,13 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Fatalf("apply: %s", r)
 			}
 			backingUUID = r.Volumes[0].Status.BackingUUID
+			// The failure policy flashcache sets, whatever the host had.
+			dev := "/sys/block/" + r.Volumes[0].Status.Device + "/bcache/"
+			set := "/sys/fs/bcache/" + r.Volumes[0].Status.CacheSetUUID + "/"
+			policy := g.sh(t, "cat "+dev+"stop_when_cache_set_failed "+dev+"io_error_limit "+set+"errors "+set+"io_error_limit")
+			if want := "[auto] always\n64\n[unregister] panic\n8"; policy != want {
+				t.Errorf("failure policy:\n%s\nwant\n%s", policy, want)
+			}
 			dirty(t)
 			if r, code, _ := g.node(t, "flush", "lost.yaml"); code != 0 {
 				t.Fatalf("flush: %s", r)
@@ -67,30 +103,26 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Errorf("the new SSD was touched: %s", sigs)
 			}
 		}},
-		{"ACleanCacheLostIsReportedAndTheVolumeServesUncached", func(t *testing.T) {
+		{"ACleanCacheLostIsDetachedAndTheVolumeServesUncached", func(t *testing.T) {
 			pull(t, cacheLost)
 			r, code, _ := g.node(t, "status", "lost.yaml")
-			e := r.Volumes[0].Error
-			if code == 0 || e == nil || e.Reason != "CacheDeviceLost" || e.Field != "cacheDevice.path" || !strings.Contains(e.Message, "no dirty data") {
-				t.Fatalf("status with the SSD gone: exit %d\n%s", code, r)
+			wantLost(t, r, code, "no dirty data")
+			// Left to itself, bcache would fail the next read that was to be a hit before it
+			// detached the cache. An apply detaches it first.
+			r, code, _ = g.node(t, "apply", "lost.yaml")
+			wantLost(t, r, code, "uncached")
+			if kinds := r.stepKinds(); kinds != "detach-lost-cache" {
+				t.Errorf("apply with a clean SSD gone: steps %q, want detach-lost-cache", kinds)
 			}
-			// bcache learns of the loss at its next I/O to the cache: a read that was to be a
-			// hit fails once, and then caching is disabled and the backing disk serves.
-			first, _, firstCode, _ := g.vm.Run(ctx, sum)
-			t.Logf("the first read after the loss: exit %d, %s", firstCode, strings.TrimSpace(first))
-			deadline := time.Now().Add(30 * time.Second)
-			for g.sh(t, "test -e /sys/block/$(basename $(readlink -f /dev/flashcache/survivor))/bcache/cache && echo attached || true") != "" {
-				if time.Now().After(deadline) {
-					t.Fatalf("bcache is still attached to its cache set after the SSD went away")
-				}
-				time.Sleep(time.Second)
+			if r.Volumes[0].Status == nil || r.Volumes[0].Status.CacheSetUUID != "" {
+				t.Errorf("apply with a clean SSD gone: want the status of a device without a cache set\n%s", r)
 			}
-			if got := g.sh(t, sum); got != before {
-				t.Errorf("uncached, the volume reads %s; before the loss %s", got, before)
+			out, _, code, _ := g.vm.Run(ctx, sum)
+			if got := strings.TrimSpace(out); code != 0 || got != before {
+				t.Errorf("uncached, the volume reads %q (exit %d); before the loss %s", got, code, before)
 			}
-			r, _, _ = g.node(t, "status", "lost.yaml")
-			if e := r.Volumes[0].Error; e == nil || !strings.Contains(e.Message, "uncached") || r.Volumes[0].Status == nil {
-				t.Errorf("status once bcache runs uncached: want the message to say so, with the device's status\n%s", r)
+			if r, code, _ := g.node(t, "apply", "lost.yaml"); code == 0 || len(r.Volumes[0].Steps) != 0 {
+				t.Errorf("a second apply: exit %d, steps %s", code, r.stepKinds())
 			}
 		}},
 		{"ANewSSDIsAttachedWithoutTouchingTheData", func(t *testing.T) {
@@ -118,44 +150,226 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Errorf("a second apply: exit %d, steps %s", code, r.stepKinds())
 			}
 		}},
-		{"ADirtyCacheLostIsNotStartedByForce", func(t *testing.T) {
+		{"ADirtyCacheMissingAtBootIsNotStarted", func(t *testing.T) {
 			if r, code, _ := g.node(t, "release", "spare.yaml"); code != 0 {
 				t.Fatalf("release: %s", r)
 			}
 			dirty(t)
 			r, _, _ := g.node(t, "status", "spare.yaml")
 			if st := r.Volumes[0].Status; st == nil || st.DirtyBytes == 0 {
-				t.Fatalf("nothing dirty before the loss: %s", r)
+				t.Fatalf("nothing dirty before the power cut: %s", r)
 			}
+			dirtySum = g.sh(t, sum)
+			bootWith(t, cacheSpare, false)
+			r, code, _ := g.node(t, "apply", "spare.yaml")
+			wantLost(t, r, code, "not started")
+			if len(r.Volumes[0].Steps) != 0 || bcacheDevices(t) != "0" {
+				t.Errorf("apply with a dirty SSD missing: steps %s, %s bcache devices run", r.stepKinds(), bcacheDevices(t))
+			}
+			// Nor may a new SSD take its place while the dirty data is unaccounted for.
+			r, code, _ = g.node(t, "apply", "third.yaml")
+			if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "DirtyDataWithoutItsCache" {
+				t.Errorf("a new SSD with dirty data missing: exit %d\n%s", code, r)
+			}
+			if sigs := g.sh(t, "wipefs --noheadings "+cacheThird.ByID()+" 2>&1; wipefs --noheadings "+cacheThird.ByID()+"-part1 2>&1 || true"); strings.Contains(sigs, "bcache") {
+				t.Errorf("the new SSD was made a cache: %s", sigs)
+			}
+		}},
+		{"TheSSDBackAtBootBringsItsDirtyDataBack", func(t *testing.T) {
+			bootWith(t, cacheSpare, true)
+			if r, code, _ := g.node(t, "apply", "spare.yaml"); code != 0 {
+				t.Fatalf("apply with the SSD back: %s", r)
+			}
+			if got := g.sh(t, sum); got != dirtySum {
+				t.Errorf("with the SSD back the volume reads %s; before the power cut %s", got, dirtySum)
+			}
+		}},
+		{"ADirtyCacheLostWhileRunningIsNotStartedByForce", func(t *testing.T) {
+			dirty(t)
 			pull(t, cacheSpare)
 			r, code, _ := g.node(t, "status", "spare.yaml")
-			if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceLost" || !strings.Contains(e.Message, "dirty data on it") {
-				t.Fatalf("status with a dirty SSD gone: exit %d\n%s", code, r)
-			}
+			wantLost(t, r, code, "dirty")
 			// Let bcache meet the loss, then ask the engine to converge: it must refuse.
 			out, _, _, _ := g.vm.Run(ctx, "dd if=/dev/flashcache/survivor of=/dev/null bs=1M count=256 iflag=direct status=none; sleep 3; "+
 				"cat /sys/block/bcache*/bcache/state 2>&1; dmesg | grep -i bcache | tail -n 5")
 			t.Logf("what bcache did:\n%s", out)
 			r, code, _ = g.node(t, "apply", "spare.yaml")
-			if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceLost" || !strings.Contains(e.Message, "not started") || len(r.Volumes[0].Steps) != 0 {
-				t.Errorf("apply with a dirty SSD gone: exit %d, steps %s\n%s", code, r.stepKinds(), r)
+			wantLost(t, r, code, "not started")
+			if len(r.Volumes[0].Steps) != 0 || bcacheDevices(t) != "0" {
+				t.Errorf("apply with a dirty SSD gone: steps %s, %s bcache devices run", r.stepKinds(), bcacheDevices(t))
 			}
-			// Nothing serves the stale blocks of the backing disk.
-			if n := g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true"); n != "0" {
-				t.Errorf("%s bcache devices run after a dirty cache was lost", n)
+		}},
+		{"AcceptingTheLossStartsTheBackingDiskUncached", func(t *testing.T) {
+			g.sh(t, fmt.Sprintf("sed 's|^metadata: {name: survivor}|metadata: {name: survivor, annotations: {flashcache.io/accept-cache-loss: %s}}|' "+
+				"/root/spare.yaml > /root/accept.yaml && grep -q accept-cache-loss /root/accept.yaml", cacheSpare.ByID()))
+			r, code, _ := g.node(t, "apply", "accept.yaml")
+			wantLost(t, r, code, "loss was accepted")
+			if kinds := r.stepKinds(); !strings.HasSuffix(kinds, "start-without-cache") {
+				t.Errorf("accepting the loss: steps %q, want the backing device started without its cache", kinds)
+			}
+			if state := g.sh(t, "bcache-super-show "+survivorHDD.ByID()+" | awk '/cache_state/ {print $3}'"); state != "[inconsistent]" {
+				t.Errorf("backing superblock state %s, want [inconsistent]: bcache must void what a cache set holds for it", state)
+			}
+			if out, _, code, _ := g.vm.Run(ctx, sum); code != 0 {
+				t.Errorf("uncached after the accepted loss, the volume does not read: %s", out)
+			}
+			// The annotation names the lost path: without it the status still says what happened.
+			r, code, _ = g.node(t, "status", "spare.yaml")
+			wantLost(t, r, code, "uncached")
+		}},
+		{"ANewSSDAfterTheAcceptedLossIsAttached", func(t *testing.T) {
+			r, code, _ := g.node(t, "apply", "third.yaml")
+			if code != 0 {
+				t.Fatalf("apply with a new SSD after the accepted loss: %s", r)
+			}
+			if kinds := r.stepKinds(); !strings.Contains(kinds, "make-bcache-cache") || strings.Contains(kinds, "make-bcache-backing") {
+				t.Errorf("steps %s, want a new cache for the backing disk as it is", kinds)
+			}
+			if st := r.Volumes[0].Status; st == nil || st.BackingUUID != backingUUID || st.CacheSetUUID == "" {
+				t.Errorf("after the replacement: status %+v, want backing %s attached to a cache set", st, backingUUID)
+			}
+			if r, code, _ := g.node(t, "apply", "third.yaml"); code != 0 || r.Changed {
+				t.Errorf("a second apply: exit %d, steps %s", code, r.stepKinds())
+			}
+		}},
+		{"ACleanCacheMissingAtBootIsStartedUncached", func(t *testing.T) {
+			dirty(t)
+			if r, code, _ := g.node(t, "flush", "third.yaml"); code != 0 {
+				t.Fatalf("flush: %s", r)
+			}
+			clean := g.sh(t, sum)
+			bootWith(t, cacheThird, false)
+			r, code, _ := g.node(t, "apply", "third.yaml")
+			wantLost(t, r, code, "uncached")
+			if kinds := r.stepKinds(); !strings.HasSuffix(kinds, "start-without-cache") {
+				t.Errorf("apply with a clean SSD missing at boot: steps %q, want start-without-cache", kinds)
+			}
+			if got := g.sh(t, sum); got != clean {
+				t.Errorf("uncached after the boot, the volume reads %s; before %s", got, clean)
 			}
 		}},
 		{"TeardownWithTheSSDGoneErasesWhatIsLeft", func(t *testing.T) {
-			r, code, _ := g.node(t, "teardown", "spare.yaml", "--confirm")
+			r, code, _ := g.node(t, "teardown", "third.yaml", "--confirm")
 			if code != 0 || r.Volumes[0].Teardown == nil {
 				t.Fatalf("teardown: exit %d\n%s", code, r)
 			}
 			steps := strings.Join(r.Volumes[0].Teardown.Steps, "\n")
-			if !strings.Contains(steps, "dirty data on it with it") || !strings.Contains(steps, "erased the bcache superblock of") {
+			if !strings.Contains(steps, "was gone") || !strings.Contains(steps, "erased the bcache superblock of") {
 				t.Errorf("teardown steps:\n%s", steps)
 			}
 			if sigs := g.sh(t, "wipefs --noheadings "+survivorHDD.ByID()); sigs != "" {
 				t.Errorf("the backing disk still carries %s", sigs)
+			}
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) {
+			t.Fatalf("%s failed; the later steps depend on it", s.name)
+		}
+	}
+}
+
+// TestBackingDiskErrors takes the backing disk offline under a volume with dirty data, as the
+// SCSI layer does with a disk that stopped answering: the errors are counted and reported, bcache
+// stops the device at its limit, and once the disk is back an apply registers it again and the
+// dirty data reaches it whole.
+func TestBackingDiskErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	g := bootGuest(t, ctx, cacheOfFlaky, flakyHDD)
+	g.volumeFile(t, "flaky.yaml", "flaky", cacheOfFlaky.ByID(), flakyHDD.ByID(),
+		trusted+"  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n  sequentialCutoff: \"0\"\n")
+	offline := func(t *testing.T, off bool) {
+		t.Helper()
+		if err := g.vm.SetOffline(ctx, flakyHDD, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Reads beyond the 16 MiB written miss the cache and go to the disk.
+	readUncached := func(t *testing.T, n int) {
+		t.Helper()
+		g.sh(t, fmt.Sprintf("for i in $(seq 1 %d); do dd if=/dev/flashcache/flaky of=/dev/null bs=4k count=1 skip=$((10000+i*64)) iflag=direct status=none 2>/dev/null || true; done", n))
+	}
+	wantFailed := func(t *testing.T, r report, code int, inMessage string) {
+		t.Helper()
+		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "BackingDeviceErrors" || e.Field != "backingDevice.path" || !strings.Contains(e.Message, inMessage) {
+			t.Fatalf("want BackingDeviceErrors on backingDevice.path saying %q: exit %d\n%s", inMessage, code, r)
+		}
+	}
+	const sum = "dd if=/dev/flashcache/flaky bs=1M count=16 iflag=direct status=none | md5sum"
+	var want string
+
+	steps := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"BuildAndLeaveDirtyData", func(t *testing.T) {
+			if r, code, _ := g.node(t, "apply", "flaky.yaml"); code != 0 {
+				t.Fatalf("apply: %s", r)
+			}
+			g.sh(t, "head -c 16M /dev/urandom > /root/data && dd if=/root/data of=/dev/flashcache/flaky bs=1M oflag=direct status=none")
+			want = g.sh(t, "md5sum < /root/data")
+			r, _, _ := g.node(t, "status", "flaky.yaml")
+			if st := r.Volumes[0].Status; st == nil || st.DirtyBytes == 0 || st.BackingIOErrors != 0 || st.BackingIOErrorLimit != 64 {
+				t.Fatalf("after the write: want dirty data, no backing errors and the limit at 64\n%+v", st)
+			}
+		}},
+		{"OfflineTheErrorsAreCountedAndTheDirtyDataWaits", func(t *testing.T) {
+			offline(t, true)
+			readUncached(t, 3)
+			r, code, _ := g.node(t, "status", "flaky.yaml")
+			wantFailed(t, r, code, "of dirty data waits on the cache device")
+			if st := r.Volumes[0].Status; st == nil || st.BackingIOErrors < 3 {
+				t.Errorf("want at least 3 backing I/O errors counted: %+v", st)
+			}
+			if got := g.sh(t, sum); got != want {
+				t.Errorf("with the disk offline the cached data reads %s, want %s", got, want)
+			}
+		}},
+		{"AtTheLimitBcacheStopsTheDeviceAndKeepsTheDirtyData", func(t *testing.T) {
+			readUncached(t, 70)
+			r, code, _ := g.node(t, "apply", "flaky.yaml")
+			wantFailed(t, r, code, "no bcache device serves the volume")
+			if n := g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true"); n != "0" {
+				t.Errorf("%s bcache devices still run past the error limit", n)
+			}
+			if sets := g.sh(t, "ls /sys/fs/bcache/ | grep -c -- - || true"); sets != "1" {
+				t.Errorf("%s cache sets registered, want the one holding the dirty data", sets)
+			}
+		}},
+		{"BackOnlineAnApplyRegistersItAndTheDataReachesTheDisk", func(t *testing.T) {
+			offline(t, false)
+			r, code, _ := g.node(t, "apply", "flaky.yaml")
+			if code != 0 || !strings.Contains(r.stepKinds(), "register-backing") {
+				t.Fatalf("apply with the disk back: exit %d\n%s", code, r)
+			}
+			if st := r.Volumes[0].Status; st == nil || st.BackingIOErrors != 0 || st.DirtyBytes == 0 {
+				t.Errorf("registered again: want the dirty data still there and the error count reset: %+v", st)
+			}
+			if r, code, _ := g.node(t, "flush", "flaky.yaml"); code != 0 {
+				t.Fatalf("flush: %s", r)
+			}
+			if got := g.sh(t, sum); got != want {
+				t.Errorf("the volume reads %s, want %s", got, want)
+			}
+			onDisk := g.sh(t, fmt.Sprintf("dd if=%s bs=1M skip=%d count=16 iflag=direct,skip_bytes status=none | md5sum",
+				flakyHDD.ByID(), safety.BackingDataOffsetSectors*512))
+			if onDisk != want {
+				t.Errorf("the backing disk holds %s after the flush, want %s", onDisk, want)
+			}
+		}},
+		{"ErrorsOnARunningDeviceAreAWarning", func(t *testing.T) {
+			offline(t, true)
+			readUncached(t, 1)
+			offline(t, false)
+			r, code, _ := g.node(t, "apply", "flaky.yaml")
+			if code != 0 || len(r.Volumes[0].Warnings) == 0 || !strings.Contains(strings.Join(r.Volumes[0].Warnings, "\n"), "BackingDeviceErrors") {
+				t.Errorf("apply after one backing error: exit %d, warnings %q", code, r.Volumes[0].Warnings)
+			}
+		}},
+		{"Teardown", func(t *testing.T) {
+			if r, code, _ := g.node(t, "teardown", "flaky.yaml", "--confirm"); code != 0 {
+				t.Fatalf("teardown: %s", r)
 			}
 		}},
 	}

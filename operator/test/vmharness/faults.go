@@ -24,3 +24,48 @@ func (vm *VM) Pull(ctx context.Context, d Disk) error {
 	}
 	return fmt.Errorf("%s is still there after its PCI function was removed", d.ByID())
 }
+
+// SetPresent takes a disk out of the VM, or puts it back, for the next Start: a drive missing at
+// boot (dead, or unplugged while the machine was off). The VM must be stopped; the disk's file is
+// kept.
+func (vm *VM) SetPresent(d Disk, present bool) error {
+	if vm.running() {
+		return fmt.Errorf("set present %s: the VM is running; stop it first", d.Serial)
+	}
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	if vm.absent == nil {
+		vm.absent = map[string]bool{}
+	}
+	vm.absent[d.Serial] = !present
+	return nil
+}
+
+// presentDisks are the disks the next launch attaches.
+func (vm *VM) presentDisks() []Disk {
+	vm.mu.Lock()
+	defer vm.mu.Unlock()
+	var disks []Disk
+	for _, d := range vm.disks {
+		if !vm.absent[d.Serial] {
+			disks = append(disks, d)
+		}
+	}
+	return disks
+}
+
+// SetOffline takes a SCSI disk offline in the guest, or back online: the kernel then rejects
+// every I/O to it, as after the SCSI layer gave up on a failing disk, and accepts I/O again.
+func (vm *VM) SetOffline(ctx context.Context, d Disk, offline bool) error {
+	if d.Kind != HDD {
+		return fmt.Errorf("set offline %s: only SCSI disks have a state to set", d.Serial)
+	}
+	state := "running"
+	if offline {
+		state = "offline"
+	}
+	if out, err := vm.Output(ctx, "echo "+state+" > /sys/block/$(basename $(readlink -f "+d.ByID()+"))/device/state"); err != nil {
+		return fmt.Errorf("setting %s %s: %w\n%s", d.ByID(), state, err, out)
+	}
+	return nil
+}

@@ -50,6 +50,7 @@ type Options struct {
 type VM struct {
 	opts      Options
 	disks     []Disk
+	absent    map[string]bool // serials left out of the next launch (SetPresent)
 	root      string
 	console   string
 	qemuLog   string
@@ -279,7 +280,7 @@ func (vm *VM) launch() error {
 		initrd:     filepath.Join(image, "initrd.img"),
 		cmdline:    strings.TrimSpace(string(cmdline)),
 		rootDisk:   vm.root,
-		disks:      vm.disks,
+		disks:      vm.presentDisks(),
 		nbdSockets: vm.volatile.sockets(),
 		memoryMiB:  vm.opts.MemoryMiB,
 		cpus:       vm.opts.CPUs,
