@@ -168,9 +168,14 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, error) {
 	log := logf.FromContext(ctx)
 	before, err := r.Engine.Status(ctx, v)
+	var cacheLost *engine.CacheLostError
 	switch {
 	case errors.Is(err, engine.ErrNotLoggedIn):
 		// Nothing of the volume runs without its iSCSI session; Apply logs in first.
+		before = &engine.Status{}
+	case errors.As(err, &cacheLost):
+		// Nothing can be flushed from a lost cache; Apply does what the loss allows (detach a
+		// clean one before a read fails on it, start one missing at boot) and reports it.
 		before = &engine.Status{}
 	case err != nil:
 		return nil, err

@@ -47,9 +47,11 @@ spec:
 		t.Fatal(err)
 	}
 	began := time.Now()
-	got := waitVolumeNamed(t, ctx, k8s, lossVolume, 2*time.Minute, "Degraded=True, CacheDeviceLost", func(f *fcv1.FlashCacheVolume) bool {
+	// The agent detaches the dead cache at its next look, before a read can fail on it.
+	got := waitVolumeNamed(t, ctx, k8s, lossVolume, 2*time.Minute, "Degraded=True, CacheDeviceLost, served uncached", func(f *fcv1.FlashCacheVolume) bool {
 		d := condition(f, fcv1.ConditionDegraded)
-		return d.Status == metav1.ConditionTrue && d.Reason == fcv1.ReasonCacheDeviceLost
+		return d.Status == metav1.ConditionTrue && d.Reason == fcv1.ReasonCacheDeviceLost &&
+			f.Status.Failure != nil && strings.Contains(f.Status.Failure.KernelAction, "without its cache")
 	})
 	d := condition(got, fcv1.ConditionDegraded)
 	t.Logf("Degraded %s after the SSD went away: %s", since(began), d.Message)
