@@ -94,6 +94,10 @@ const (
 	// carries the volume. The message says whether dirty data was on it: clean, the volume
 	// serves uncached from the backing disk; dirty, it is not started by force.
 	ReasonCacheDeviceLost = "CacheDeviceLost"
+	// ReasonCacheDeviceErrors: the cache device is there but fails its I/O: reading it returns
+	// I/O errors, or bcache counted errors on it. The message says whether dirty data was on it;
+	// what follows is as for CacheDeviceLost.
+	ReasonCacheDeviceErrors = "CacheDeviceErrors"
 	// ReasonBackingDeviceErrors: the backing disk returned I/O errors, or is offline. Dirty data
 	// waits on the cache device; the message says how many errors bcache counted and at how many
 	// it stops the device.

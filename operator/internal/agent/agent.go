@@ -389,7 +389,7 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
 	case errors.As(err, &cacheLost):
 		// Before DeviceMissing, which it wraps: the message says what became of dirty data.
-		reason, result, ret = fcv1.ReasonCacheDeviceLost, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
+		reason, result, ret = cacheLost.Reason(), ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
 	case errors.As(err, &backingFailed):
 		reason, result, ret = fcv1.ReasonBackingDeviceErrors, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):

@@ -108,7 +108,7 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 	switch {
 	case st.failure != nil:
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, st.failure.Reason,
-			"the backing disk returned I/O errors: bcache "+st.failure.KernelAction)
+			fmt.Sprintf("the %s device returned I/O errors: bcache %s", strings.ToLower(string(st.failure.Device)), st.failure.KernelAction))
 	case s.State == "no cache" || s.CacheSetUUID == "":
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, fcv1.ReasonNoCache,
 			"the bcache device runs without its cache: reads and writes go to the backing disk")

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Paths of the kernel's views. The agent runs with hostPID, so PID 1's mount table is the host's
@@ -286,4 +287,32 @@ func listDir(path string) ([]string, error) {
 		names = append(names, e.Name())
 	}
 	return names, nil
+}
+
+// ErrUnreadable: the device is there, but reading it fails with an I/O error.
+var ErrUnreadable = errors.New("reading it fails with an I/O error")
+
+// ReadProbe reads the device's first 4 KiB past any cache of the host's, so a device that
+// answers but cannot deliver its data is told apart from one that works. EIO and ENODATA count
+// (the kernel turns an NVMe or SCSI medium error into ENODATA); a device that cannot be opened,
+// or fails otherwise, is reported as that.
+func ReadProbe(devPath string) error {
+	f, err := os.OpenFile(devPath, os.O_RDONLY|syscall.O_DIRECT, 0)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", devPath, err)
+	}
+	defer f.Close()
+	// O_DIRECT wants a buffer aligned to the logical block; a page-sized mapping is.
+	buf, err := syscall.Mmap(-1, 0, 4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		return fmt.Errorf("a buffer to read %s: %w", devPath, err)
+	}
+	defer func() { _ = syscall.Munmap(buf) }()
+	if _, err := f.ReadAt(buf, 0); err != nil {
+		if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ENODATA) {
+			return fmt.Errorf("%s: %w", devPath, ErrUnreadable)
+		}
+		return fmt.Errorf("reading %s: %w", devPath, err)
+	}
+	return nil
 }

@@ -228,7 +228,7 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 			case errors.As(err, &lost):
 				r.Error.Reason, r.Error.Field = fcv1.ReasonISCSISessionLost, "backingDevice.iscsi"
 			case errors.As(err, &cacheLost):
-				r.Error.Reason, r.Error.Field = fcv1.ReasonCacheDeviceLost, "cacheDevice.path"
+				r.Error.Reason, r.Error.Field = cacheLost.Reason(), "cacheDevice.path"
 				if r.Status == nil {
 					r.Status = cacheLost.Status
 				}

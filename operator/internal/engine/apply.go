@@ -105,6 +105,11 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 			"(dirty data stays on the cache device). The count starts again when the device is registered again",
 			fcv1.ReasonBackingDeviceErrors, o.Backing.DevPath, n, res.Status.BackingIOErrorLimit, res.Status.Device))
 	}
+	if n := res.Status.CacheIOErrors; n > 0 {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("%s: %s returned %d I/O errors that bcache recovered from by reading the backing disk; "+
+			"at %s it fails the cache set (a clean device then runs uncached, a dirty one stops)",
+			fcv1.ReasonCacheDeviceErrors, o.Cache.DevPath, n, cacheIOErrorLimit))
+	}
 	return res, nil
 }
 

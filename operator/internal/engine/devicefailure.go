@@ -24,6 +24,8 @@ type CacheLostError struct {
 	// may exist only on the lost device. While the device runs attached, bcache's own count of
 	// dirty bytes is the truth: the superblock's flag is cleared lazily.
 	DirtyOnDisk bool
+	// Failing: the device is there but reading it fails with I/O errors; otherwise it is gone.
+	Failing bool
 	// Accepted: the volume carries flashcache.io/accept-cache-loss naming this path.
 	Accepted bool
 	// SuperblockState is the backing superblock's cache state: clean, dirty, detached, or
@@ -50,32 +52,49 @@ func (e *CacheLostError) Dirty() bool {
 	return e.DirtyOnDisk
 }
 
+// gone says what became of the device.
+func (e *CacheLostError) gone() string {
+	if e.Failing {
+		return "is failing (reading it returns I/O errors)"
+	}
+	return "is gone"
+}
+
+// Reason is the condition reason: a device that went away, or one that fails its I/O.
+func (e *CacheLostError) Reason() string {
+	if e.Failing {
+		return fcv1.ReasonCacheDeviceErrors
+	}
+	return fcv1.ReasonCacheDeviceLost
+}
+
 const replaceHint = "Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data"
 
 func (e *CacheLostError) Error() string {
 	switch {
 	case e.attached() && e.Dirty():
-		return fmt.Sprintf("cacheDevice.path: %s is gone with %s of dirty data on it: those writes exist only on the lost device. "+
-			"bcache stops /dev/%s at its next cache I/O error rather than serve stale blocks (stop_when_cache_set_failed=auto); "+
-			"flashcache will not start it by force", e.Path, units.Bytes(e.Status.DirtyBytes), e.Status.Device)
+		return fmt.Sprintf("cacheDevice.path: %s %s with %s of dirty data on it: those writes exist only on the lost device. "+
+			"Reads of that data fail rather than return stale blocks, and when bcache fails the cache set (at its I/O error limit, %s) "+
+			"it stops /dev/%s (stop_when_cache_set_failed=auto); flashcache will not start it by force. If the device comes back, "+
+			"the data comes back with it", e.Path, e.gone(), units.Bytes(e.Status.DirtyBytes), cacheIOErrorLimit, e.Status.Device)
 	case e.attached():
-		return fmt.Sprintf("cacheDevice.path: %s is gone; no dirty data was on it. bcache has not noticed yet: "+
-			"an apply detaches the lost cache, and /dev/%s then serves from the backing disk alone, uncached. %s", e.Path, e.Status.Device, replaceHint)
+		return fmt.Sprintf("cacheDevice.path: %s %s; no dirty data was on it. bcache has not noticed yet: "+
+			"an apply detaches the lost cache, and /dev/%s then serves from the backing disk alone, uncached. %s", e.Path, e.gone(), e.Status.Device, replaceHint)
 	case e.Running() && e.Accepted && e.SuperblockState == "inconsistent":
-		return fmt.Sprintf("cacheDevice.path: %s is gone and its loss was accepted (%s): /dev/%s serves the backing disk alone, uncached, "+
+		return fmt.Sprintf("cacheDevice.path: %s %s and its loss was accepted (%s): /dev/%s serves the backing disk alone, uncached, "+
 			"without the writes that were only on the lost device; check the data above it (database recovery, fsck). %s",
-			e.Path, fcv1.AnnotationAcceptCacheLoss, e.Status.Device, replaceHint)
+			e.Path, e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Status.Device, replaceHint)
 	case e.Running():
-		return fmt.Sprintf("cacheDevice.path: %s is gone; no dirty data was on it, and /dev/%s serves from the backing disk alone, uncached. %s",
-			e.Path, e.Status.Device, replaceHint)
+		return fmt.Sprintf("cacheDevice.path: %s %s; no dirty data was on it, and /dev/%s serves from the backing disk alone, uncached. %s",
+			e.Path, e.gone(), e.Status.Device, replaceHint)
 	case e.Dirty():
-		return fmt.Sprintf("cacheDevice.path: %s is gone and the backing disk's superblock says dirty: writes acknowledged from the cache "+
+		return fmt.Sprintf("cacheDevice.path: %s %s and the backing disk's superblock says dirty: writes acknowledged from the cache "+
 			"exist only on the lost device, so the volume is not started (starting it would serve stale blocks silently). "+
 			"If the device comes back, the data comes back with it. If it cannot, accept the loss by annotating the volume "+
-			"%s=%s: it then runs uncached, without those writes", e.Path, fcv1.AnnotationAcceptCacheLoss, e.Path)
+			"%s=%s: it then runs uncached, without those writes", e.Path, e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Path)
 	default:
-		return fmt.Sprintf("cacheDevice.path: %s is gone; the backing disk is clean and holds every write, and an apply starts it "+
-			"without its cache. %s", e.Path, replaceHint)
+		return fmt.Sprintf("cacheDevice.path: %s %s; the backing disk is clean and holds every write, and an apply starts it "+
+			"without its cache. %s", e.Path, e.gone(), replaceHint)
 	}
 }
 
@@ -98,6 +117,7 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 		state = strings.Trim(state[i:], "[]")
 	}
 	lost := &CacheLostError{Path: v.Spec.CacheDevice.Path, missing: missing, backing: o, SuperblockState: state,
+		Failing:     errors.Is(missing, blockdev.ErrUnreadable),
 		DirtyOnDisk: state == "dirty", Accepted: v.AcceptedCacheLoss != "" && v.AcceptedCacheLoss == v.Spec.CacheDevice.Path}
 	if o.BackingReg != nil {
 		lost.Status = statusOf(v, o)
@@ -239,13 +259,13 @@ func FailureOf(err error) *Failure {
 	var backing *BackingFailedError
 	switch {
 	case errors.As(err, &lost):
-		f := &Failure{Device: fcv1.FailedDeviceCache, Reason: fcv1.ReasonCacheDeviceLost, DirtyAtRisk: lost.Dirty()}
+		f := &Failure{Device: fcv1.FailedDeviceCache, Reason: lost.Reason(), DirtyAtRisk: lost.Dirty()}
 		if lost.Running() {
 			f.DirtyBytes = &lost.Status.DirtyBytes
 		}
 		switch {
 		case lost.attached():
-			f.KernelAction = "none yet: bcache notices at its next I/O to the cache; with dirty data it then stops the device (stop_when_cache_set_failed=auto)"
+			f.KernelAction = "none yet: bcache fails the cache set at its I/O error limit; with dirty data it then stops the device (stop_when_cache_set_failed=auto)"
 		case lost.Running():
 			f.KernelAction = "runs the device without its cache, from the backing disk alone"
 		case lost.Dirty():
@@ -266,9 +286,16 @@ func FailureOf(err error) *Failure {
 	return nil
 }
 
-// FailureOfStatus is the failure a running device shows by itself: backing I/O errors counted.
+// FailureOfStatus is the failure a running device shows by itself: I/O errors counted on the
+// backing or the cache device.
 func FailureOfStatus(s *Status) *Failure {
-	if s == nil || s.BackingIOErrors == 0 {
+	switch {
+	case s == nil:
+		return nil
+	case s.BackingIOErrors == 0 && s.CacheIOErrors > 0:
+		return &Failure{Device: fcv1.FailedDeviceCache, Reason: fcv1.ReasonCacheDeviceErrors, DirtyBytes: &s.DirtyBytes,
+			KernelAction: fmt.Sprintf("counted %d cache I/O errors and served those reads from the backing disk; fails the cache set at %s", s.CacheIOErrors, cacheIOErrorLimit)}
+	case s.BackingIOErrors == 0:
 		return nil
 	}
 	return &Failure{Device: fcv1.FailedDeviceBacking, Reason: fcv1.ReasonBackingDeviceErrors, DirtyBytes: &s.DirtyBytes,

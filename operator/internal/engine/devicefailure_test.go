@@ -67,3 +67,19 @@ func TestAnOfflineBackingDiskIsAFailureThatNamesTheFieldAndKeepsTheDirtyData(t *
 		t.Errorf("%q", stopped)
 	}
 }
+
+func TestACacheDeviceThatAnswersButFailsIsReportedAsErrorsNotAsGone(t *testing.T) {
+	failing := &CacheLostError{Path: "/dev/disk/by-id/nvme-x", Failing: true, DirtyOnDisk: true, backing: &Observation{}}
+	if failing.Reason() != "CacheDeviceErrors" || !strings.Contains(failing.Error(), "is failing (reading it returns I/O errors)") {
+		t.Errorf("%s: %s", failing.Reason(), failing.Error())
+	}
+	if gone := (&CacheLostError{Path: "/dev/disk/by-id/nvme-x"}); gone.Reason() != "CacheDeviceLost" || !strings.Contains(gone.Error(), "is gone") {
+		t.Errorf("%s: %s", gone.Reason(), gone.Error())
+	}
+	if f := FailureOfStatus(&Status{Device: "bcache0", CacheIOErrors: 3}); f == nil || f.Reason != "CacheDeviceErrors" || f.Device != "Cache" {
+		t.Errorf("cache errors counted on a running device: %+v", f)
+	}
+	if f := FailureOfStatus(&Status{Device: "bcache0"}); f != nil {
+		t.Errorf("no errors, yet %+v", f)
+	}
+}

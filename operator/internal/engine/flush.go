@@ -33,6 +33,9 @@ type Status struct {
 	// device; at BackingIOErrorLimit it stops the device (dirty data stays on the cache).
 	BackingIOErrors     int64 `json:"backingIOErrors"`
 	BackingIOErrorLimit int64 `json:"backingIOErrorLimit,omitempty"`
+	// CacheIOErrors are the cache device's I/O errors bcache counted (and recovered from, by
+	// reading the backing disk); at 8 it fails the cache set.
+	CacheIOErrors int64 `json:"cacheIOErrors"`
 }
 
 func statusOf(v Volume, o *Observation) *Status {
@@ -59,6 +62,7 @@ func statusOf(v Volume, o *Observation) *Status {
 	s.DirtyBytes, _ = blockdev.ParseHumanSize(o.Knobs["dirty_data"])
 	s.BackingIOErrors, _ = strconv.ParseInt(o.Knobs["io_errors"], 10, 64)
 	s.BackingIOErrorLimit, _ = strconv.ParseInt(o.Knobs["io_error_limit"], 10, 64)
+	s.CacheIOErrors, _ = strconv.ParseInt(o.CacheKnobs["io_errors"], 10, 64)
 	// Statistics only: a kernel that lacks one leaves it zero rather than failing the status.
 	dir := o.BackingReg.Sysfs
 	if v, err := blockdev.Knob(dir, "stats_total/cache_hit_ratio"); err == nil {

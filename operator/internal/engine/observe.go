@@ -50,7 +50,7 @@ var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay"
 	"stop_when_cache_set_failed", "io_error_limit", "io_errors"}
 
 // cacheKnobs are the cache device's tunables the engine manages; set/ is its cache set's folder.
-var cacheKnobs = []string{"cache_replacement_policy", "set/errors", "set/io_error_limit"}
+var cacheKnobs = []string{"cache_replacement_policy", "set/errors", "set/io_error_limit", "io_errors"}
 
 // backingKnobValues reads the tunables of a registered backing device; nil when it is not.
 func backingKnobValues(reg *blockdev.BackingRegistration) map[string]string {
@@ -79,6 +79,10 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 			return nil, e.cacheLost(ctx, v, err)
 		}
 		return nil, err
+	}
+	if err := blockdev.ReadProbe(o.Cache.DevPath); errors.Is(err, blockdev.ErrUnreadable) {
+		// Answering but unreadable is a lost cache too; the message says which.
+		return nil, e.cacheLost(ctx, v, fmt.Errorf("cacheDevice.path: %w", err))
 	}
 	if o.Backing, err = e.backingDevice(ctx, v); err != nil {
 		return nil, err

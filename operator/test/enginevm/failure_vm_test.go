@@ -19,6 +19,9 @@ var (
 	cacheThird  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-third", Size: 1 << 30}
 	survivorHDD = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-survivor", Size: 1 << 30}
 
+	failingCache = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-failing", Size: 1 << 30, Faulty: true}
+	failingHDD   = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-failing", Size: 1 << 30}
+
 	cacheOfFlaky = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-flaky", Size: 1 << 30}
 	flakyHDD     = vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-hdd-flaky", Size: 1 << 30}
 )
@@ -369,6 +372,128 @@ func TestBackingDiskErrors(t *testing.T) {
 		}},
 		{"Teardown", func(t *testing.T) {
 			if r, code, _ := g.node(t, "teardown", "flaky.yaml", "--confirm"); code != 0 {
+				t.Fatalf("teardown: %s", r)
+			}
+		}},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) {
+			t.Fatalf("%s failed; the later steps depend on it", s.name)
+		}
+	}
+}
+
+// TestCacheDeviceErrors makes the SSD fail every read and write while it stays in the machine
+// (nbdkit's error filter under the emulated NVMe), clean and then dirty: bcache fails the cache
+// set, the engine reports CacheDeviceErrors and keeps a clean volume serving from the backing
+// disk; a dirty one is not started, and when the SSD reads again its dirty data comes back.
+func TestCacheDeviceErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	g := bootGuest(t, ctx, failingCache, failingHDD)
+	g.volumeFile(t, "failing.yaml", "failing", failingCache.ByID(), failingHDD.ByID(),
+		trusted+"  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n  sequentialCutoff: \"0\"\n")
+	failing := func(t *testing.T, on bool) {
+		t.Helper()
+		if err := g.vm.SetFailing(failingCache, on); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantErrors := func(t *testing.T, r report, code int, inMessage string) {
+		t.Helper()
+		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceErrors" || e.Field != "cacheDevice.path" || !strings.Contains(e.Message, inMessage) {
+			t.Fatalf("want CacheDeviceErrors on cacheDevice.path saying %q: exit %d\n%s", inMessage, code, r)
+		}
+	}
+	const sum = "dd if=/dev/flashcache/failing bs=1M count=16 iflag=direct status=none | md5sum"
+	write := func(t *testing.T) string {
+		t.Helper()
+		g.sh(t, "head -c 16M /dev/urandom > /root/data && dd if=/root/data of=/dev/flashcache/failing bs=1M oflag=direct status=none")
+		return g.sh(t, "md5sum < /root/data")
+	}
+	var want string
+
+	steps := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"BuildWriteAndFlush", func(t *testing.T) {
+			if r, code, _ := g.node(t, "apply", "failing.yaml"); code != 0 {
+				t.Fatalf("apply: %s", r)
+			}
+			want = write(t)
+			if r, code, _ := g.node(t, "flush", "failing.yaml"); code != 0 {
+				t.Fatalf("flush: %s", r)
+			}
+			// Read once so that the data is in the cache: the reads below are hits.
+			if got := g.sh(t, sum); got != want {
+				t.Fatalf("reads %s, want %s", got, want)
+			}
+		}},
+		{"ACleanCacheThatFailsServesFromTheBackingDisk", func(t *testing.T) {
+			failing(t, true)
+			r, code, _ := g.node(t, "apply", "failing.yaml")
+			wantErrors(t, r, code, "no dirty data")
+			// Every read must work: bcache retries a failed cache read on the backing disk,
+			// and the apply has detached the failing cache.
+			out, _, code, _ := g.vm.Run(ctx, sum)
+			if got := strings.TrimSpace(out); code != 0 || got != want {
+				t.Errorf("with the SSD failing the volume reads %q (exit %d), want %s", got, code, want)
+			}
+			if n := g.sh(t, "ls /sys/block/$(basename $(readlink -f /dev/flashcache/failing))/bcache/ | grep -c '^cache$' || true"); n != "0" {
+				t.Errorf("the failing cache is still attached")
+			}
+			out, _, _, _ = g.vm.Run(ctx, "dmesg | grep -i bcache | tail -n 6")
+			t.Logf("what bcache did:\n%s", out)
+		}},
+		{"TheSSDReadingAgainIsAttachedAgain", func(t *testing.T) {
+			failing(t, false)
+			r, code, _ := g.node(t, "apply", "failing.yaml")
+			if st := r.Volumes[0].Status; code != 0 || st == nil || st.CacheSetUUID == "" {
+				t.Fatalf("apply with the SSD reading again: exit %d\n%s", code, r)
+			}
+			if got := g.sh(t, sum); got != want {
+				t.Errorf("attached again the volume reads %s, want %s", got, want)
+			}
+		}},
+		{"ADirtyCacheThatFailsIsNotStartedAndItsDataComesBack", func(t *testing.T) {
+			// The flush held the volume in writethrough; writeback makes dirty data again.
+			if r, code, _ := g.node(t, "release", "failing.yaml"); code != 0 {
+				t.Fatalf("release: %s", r)
+			}
+			want = write(t)
+			r, _, _ := g.node(t, "status", "failing.yaml")
+			if st := r.Volumes[0].Status; st == nil || st.DirtyBytes == 0 {
+				out, _, _, _ := g.vm.Run(ctx, "grep . /sys/block/bcache*/bcache/{cache_mode,state,dirty_data,sequential_cutoff,stats_total/bypassed} /sys/fs/bcache/*/congested*")
+				t.Fatalf("nothing dirty: %+v\n%s", st, out)
+			}
+			failing(t, true)
+			// A read of dirty data that the cache cannot deliver fails: it is never served
+			// stale from the backing disk.
+			out, _, code, _ := g.vm.Run(ctx, "set -o pipefail; "+sum)
+			if got := strings.TrimSpace(out); code == 0 && got != want {
+				t.Errorf("with dirty data on a failing SSD the volume read %s without an error, want %s or an error", got, want)
+			}
+			out, _, _, _ = g.vm.Run(ctx, "dmesg | grep -i bcache | tail -n 4")
+			t.Logf("what bcache did:\n%s", out)
+			r, code, _ = g.node(t, "apply", "failing.yaml")
+			wantErrors(t, r, code, "dirty")
+			if len(r.Volumes[0].Steps) != 0 {
+				t.Errorf("apply with dirty data on a failing SSD ran %s", r.stepKinds())
+			}
+			failing(t, false)
+			if r, code, _ := g.node(t, "apply", "failing.yaml"); code != 0 {
+				t.Fatalf("apply with the SSD reading again: %s", r)
+			}
+			if r, code, _ := g.node(t, "flush", "failing.yaml"); code != 0 {
+				t.Fatalf("flush: %s", r)
+			}
+			if got := g.sh(t, sum); got != want {
+				t.Errorf("after the SSD came back the volume reads %s, want %s", got, want)
+			}
+		}},
+		{"Teardown", func(t *testing.T) {
+			if r, code, _ := g.node(t, "teardown", "failing.yaml", "--confirm"); code != 0 {
 				t.Fatalf("teardown: %s", r)
 			}
 		}},

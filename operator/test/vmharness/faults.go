@@ -2,7 +2,9 @@ package vmharness
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -68,4 +70,24 @@ func (vm *VM) SetOffline(ctx context.Context, d Disk, offline bool) error {
 		return fmt.Errorf("setting %s %s: %w\n%s", d.ByID(), state, err, out)
 	}
 	return nil
+}
+
+// SetFailing makes a Faulty disk fail every read and write with EIO, or work again.
+func (vm *VM) SetFailing(d Disk, failing bool) error {
+	for _, v := range vm.volatile.disks {
+		if v.disk.Serial != d.Serial || v.failFile == "" {
+			continue
+		}
+		if !failing {
+			if err := os.Remove(v.failFile); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("set failing %s: %w", d.Serial, err)
+			}
+			return nil
+		}
+		if err := os.WriteFile(v.failFile, nil, 0o644); err != nil {
+			return fmt.Errorf("set failing %s: %w", d.Serial, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("set failing %s: not a Faulty disk of this VM", d.Serial)
 }

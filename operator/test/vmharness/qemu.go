@@ -72,6 +72,10 @@ type Disk struct {
 	// <WorkDir>/nbd-<Serial>-*.log), so that a power cut (Kill) can lose what the guest did not
 	// flush, or, with CacheVolatileLying, what it did. Not available for NVMe.
 	Cache DiskCache
+	// Faulty serves the disk through nbdkit's error filter, which fails every read and write
+	// with EIO while VM.SetFailing has it failing: a drive that still answers but whose media
+	// or controller gives out. Not with a volatile Cache.
+	Faulty bool
 }
 
 // ByID is the stable name the guest's udev gives the disk, as observed with Debian 12's udev
@@ -110,6 +114,8 @@ func prepareDisks(disks []Disk, workDir string) ([]Disk, error) {
 			return nil, fmt.Errorf("disk %s: unknown cache %v", d.Serial, d.Cache)
 		case d.Cache.volatile() && d.Kind != HDD:
 			return nil, fmt.Errorf("disk %s: a volatile cache is emulated for HDDs only", d.Serial)
+		case d.Cache.volatile() && d.Faulty:
+			return nil, fmt.Errorf("disk %s: a faulty disk has no volatile cache", d.Serial)
 		}
 		if d.Size <= 0 || d.Size%4096 != 0 {
 			return nil, fmt.Errorf("disk %s: size %d must be a positive multiple of 4096", d.Serial, d.Size)

@@ -80,6 +80,8 @@ type volatileDisk struct {
 	disk  Disk
 	cache *nbdServer
 	front *nbdServer // lying disks only
+	// failFile, for a faulty disk, makes nbdkit fail every request while it exists.
+	failFile string
 }
 
 // guestSocket is the socket QEMU connects to.
@@ -120,6 +122,12 @@ func newVolatileDisk(d Disk, workDir string) (*volatileDisk, error) {
 	if v.cache, err = server("cache"); err != nil {
 		return nil, err
 	}
+	if d.Faulty {
+		// Not a cache: one server, with the error filter in front of the file.
+		v.failFile = filepath.Join(workDir, "nbd-"+d.Serial+".fail")
+		v.cache.args = faultyServerArgs(v.cache.sock, v.cache.pidFile, d.Path, v.failFile)
+		return v, nil
+	}
 	v.cache.args = cacheServerArgs(v.cache.sock, v.cache.pidFile, d.Path)
 	// The cache filter keeps its (unlinked) cache file in TMPDIR; the work dir has the room a
 	// disk's worth of blocks may need, /tmp may not.
@@ -150,6 +158,15 @@ func cacheServerArgs(sock, pidFile, backing string) []string {
 		"cache=writeback", "cache-min-block-size=" + strconv.Itoa(VolatileBlockSize),
 		"delay-write=" + strconv.FormatInt(VolatileFlushDelay.Milliseconds(), 10) + "ms",
 		"fuamode=discard",
+	}
+}
+
+// faultyServerArgs: the error filter fails every request with EIO while failFile exists.
+func faultyServerArgs(sock, pidFile, backing, failFile string) []string {
+	return []string{
+		"--foreground", "--unix", sock, "--pidfile", pidFile,
+		"--filter=error", "file", "file=" + backing,
+		"error=EIO", "error-rate=100%", "error-file=" + failFile,
 	}
 }
 
@@ -246,7 +263,7 @@ type volatileSet struct {
 func newVolatileSet(disks []Disk, workDir string) (*volatileSet, error) {
 	vs := &volatileSet{}
 	for _, d := range disks {
-		if !d.Cache.volatile() {
+		if !d.Cache.volatile() && !d.Faulty {
 			continue
 		}
 		v, err := newVolatileDisk(d, workDir)
