@@ -172,6 +172,31 @@ func (g *guest) sysfsInt(t *testing.T, path string) int64 {
 	return v
 }
 
+// step is one stage of a VM test; the later ones build on what the earlier left.
+type step struct {
+	name string
+	fn   func(*testing.T)
+}
+
+// runSteps runs steps in order and stops at the first that fails: the later ones depend on it.
+func runSteps(t *testing.T, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		if !t.Run(s.name, s.fn) {
+			t.Fatalf("%s failed; the later steps depend on it", s.name)
+		}
+	}
+}
+
+// wantError fails the test unless the report's volume failed with reason on field, saying
+// inMessage.
+func wantError(t *testing.T, r report, code int, reason, field, inMessage string) {
+	t.Helper()
+	if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != reason || e.Field != field || !strings.Contains(e.Message, inMessage) {
+		t.Fatalf("want %s on %s saying %q: exit %d\n%s", reason, field, inMessage, code, r)
+	}
+}
+
 // bootGuest boots the test image with disks and the flashcache binary under test installed; the
 // VM is powered off when the test ends, or when ctx does.
 func bootGuest(t *testing.T, ctx context.Context, disks ...vmharness.Disk) *guest {

@@ -13,6 +13,9 @@ import (
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
+// keepsDirty leaves written data dirty on the cache: a high threshold and no time-based flush.
+const keepsDirty = "  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n"
+
 var (
 	cacheLost   = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-lost", Size: 1 << 30}
 	cacheSpare  = vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache-spare", Size: 1 << 30}
@@ -35,10 +38,9 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
 	g := bootGuest(t, ctx, cacheLost, cacheSpare, cacheThird, survivorHDD)
-	const tunables = "  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n"
-	g.volumeFile(t, "lost.yaml", "survivor", cacheLost.ByID(), survivorHDD.ByID(), trusted+tunables)
-	g.volumeFile(t, "spare.yaml", "survivor", cacheSpare.ByID(), survivorHDD.ByID(), trusted+tunables)
-	g.volumeFile(t, "third.yaml", "survivor", cacheThird.ByID(), survivorHDD.ByID(), trusted+tunables)
+	g.volumeFile(t, "lost.yaml", "survivor", cacheLost.ByID(), survivorHDD.ByID(), trusted+keepsDirty)
+	g.volumeFile(t, "spare.yaml", "survivor", cacheSpare.ByID(), survivorHDD.ByID(), trusted+keepsDirty)
+	g.volumeFile(t, "third.yaml", "survivor", cacheThird.ByID(), survivorHDD.ByID(), trusted+keepsDirty)
 	pull := func(t *testing.T, d vmharness.Disk) {
 		t.Helper()
 		if err := g.vm.Pull(ctx, d); err != nil {
@@ -66,18 +68,9 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 	}
 	const sum = "dd if=/dev/flashcache/survivor bs=1M count=256 iflag=direct status=none | md5sum"
 	bcacheDevices := func(t *testing.T) string { return g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true") }
-	wantLost := func(t *testing.T, r report, code int, inMessage string) {
-		t.Helper()
-		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceLost" || e.Field != "cacheDevice.path" || !strings.Contains(e.Message, inMessage) {
-			t.Fatalf("want CacheDeviceLost on cacheDevice.path saying %q: exit %d\n%s", inMessage, code, r)
-		}
-	}
 	var before, backingUUID, dirtySum string
 
-	steps := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"BuildWriteAndFlush", func(t *testing.T) {
 			r, code, _ := g.node(t, "apply", "lost.yaml")
 			if code != 0 {
@@ -109,11 +102,11 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 		{"ACleanCacheLostIsDetachedAndTheVolumeServesUncached", func(t *testing.T) {
 			pull(t, cacheLost)
 			r, code, _ := g.node(t, "status", "lost.yaml")
-			wantLost(t, r, code, "no dirty data")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "no dirty data")
 			// Left to itself, bcache would fail the next read that was to be a hit before it
 			// detached the cache. An apply detaches it first.
 			r, code, _ = g.node(t, "apply", "lost.yaml")
-			wantLost(t, r, code, "uncached")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "uncached")
 			if kinds := r.stepKinds(); kinds != "detach-lost-cache" {
 				t.Errorf("apply with a clean SSD gone: steps %q, want detach-lost-cache", kinds)
 			}
@@ -165,7 +158,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			dirtySum = g.sh(t, sum)
 			bootWith(t, cacheSpare, false)
 			r, code, _ := g.node(t, "apply", "spare.yaml")
-			wantLost(t, r, code, "not started")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "not started")
 			if len(r.Volumes[0].Steps) != 0 || bcacheDevices(t) != "0" {
 				t.Errorf("apply with a dirty SSD missing: steps %s, %s bcache devices run", r.stepKinds(), bcacheDevices(t))
 			}
@@ -191,13 +184,13 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			dirty(t)
 			pull(t, cacheSpare)
 			r, code, _ := g.node(t, "status", "spare.yaml")
-			wantLost(t, r, code, "dirty")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "dirty")
 			// Let bcache meet the loss, then ask the engine to converge: it must refuse.
 			out, _, _, _ := g.vm.Run(ctx, "dd if=/dev/flashcache/survivor of=/dev/null bs=1M count=256 iflag=direct status=none; sleep 3; "+
 				"cat /sys/block/bcache*/bcache/state 2>&1; dmesg | grep -i bcache | tail -n 5")
 			t.Logf("what bcache did:\n%s", out)
 			r, code, _ = g.node(t, "apply", "spare.yaml")
-			wantLost(t, r, code, "not started")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "not started")
 			if len(r.Volumes[0].Steps) != 0 || bcacheDevices(t) != "0" {
 				t.Errorf("apply with a dirty SSD gone: steps %s, %s bcache devices run", r.stepKinds(), bcacheDevices(t))
 			}
@@ -206,7 +199,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			g.sh(t, fmt.Sprintf("sed 's|^metadata: {name: survivor}|metadata: {name: survivor, annotations: {flashcache.io/accept-cache-loss: %s}}|' "+
 				"/root/spare.yaml > /root/accept.yaml && grep -q accept-cache-loss /root/accept.yaml", cacheSpare.ByID()))
 			r, code, _ := g.node(t, "apply", "accept.yaml")
-			wantLost(t, r, code, "loss was accepted")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "loss was accepted")
 			if kinds := r.stepKinds(); !strings.HasSuffix(kinds, "start-without-cache") {
 				t.Errorf("accepting the loss: steps %q, want the backing device started without its cache", kinds)
 			}
@@ -218,7 +211,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			}
 			// The annotation names the lost path: without it the status still says what happened.
 			r, code, _ = g.node(t, "status", "spare.yaml")
-			wantLost(t, r, code, "uncached")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "uncached")
 		}},
 		{"ANewSSDAfterTheAcceptedLossIsAttached", func(t *testing.T) {
 			r, code, _ := g.node(t, "apply", "third.yaml")
@@ -243,7 +236,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			clean := g.sh(t, sum)
 			bootWith(t, cacheThird, false)
 			r, code, _ := g.node(t, "apply", "third.yaml")
-			wantLost(t, r, code, "uncached")
+			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "uncached")
 			if kinds := r.stepKinds(); !strings.HasSuffix(kinds, "start-without-cache") {
 				t.Errorf("apply with a clean SSD missing at boot: steps %q, want start-without-cache", kinds)
 			}
@@ -264,12 +257,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Errorf("the backing disk still carries %s", sigs)
 			}
 		}},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.fn) {
-			t.Fatalf("%s failed; the later steps depend on it", s.name)
-		}
-	}
+	})
 }
 
 // TestBackingDiskErrors takes the backing disk offline under a volume with dirty data, as the
@@ -281,7 +269,7 @@ func TestBackingDiskErrors(t *testing.T) {
 	defer cancel()
 	g := bootGuest(t, ctx, cacheOfFlaky, flakyHDD)
 	g.volumeFile(t, "flaky.yaml", "flaky", cacheOfFlaky.ByID(), flakyHDD.ByID(),
-		trusted+"  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n  sequentialCutoff: \"0\"\n")
+		trusted+keepsDirty+"  sequentialCutoff: \"0\"\n")
 	offline := func(t *testing.T, off bool) {
 		t.Helper()
 		if err := g.vm.SetOffline(ctx, flakyHDD, off); err != nil {
@@ -293,19 +281,10 @@ func TestBackingDiskErrors(t *testing.T) {
 		t.Helper()
 		g.sh(t, fmt.Sprintf("for i in $(seq 1 %d); do dd if=/dev/flashcache/flaky of=/dev/null bs=4k count=1 skip=$((10000+i*64)) iflag=direct status=none 2>/dev/null || true; done", n))
 	}
-	wantFailed := func(t *testing.T, r report, code int, inMessage string) {
-		t.Helper()
-		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "BackingDeviceErrors" || e.Field != "backingDevice.path" || !strings.Contains(e.Message, inMessage) {
-			t.Fatalf("want BackingDeviceErrors on backingDevice.path saying %q: exit %d\n%s", inMessage, code, r)
-		}
-	}
 	const sum = "dd if=/dev/flashcache/flaky bs=1M count=16 iflag=direct status=none | md5sum"
 	var want string
 
-	steps := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"BuildAndLeaveDirtyData", func(t *testing.T) {
 			if r, code, _ := g.node(t, "apply", "flaky.yaml"); code != 0 {
 				t.Fatalf("apply: %s", r)
@@ -321,7 +300,7 @@ func TestBackingDiskErrors(t *testing.T) {
 			offline(t, true)
 			readUncached(t, 3)
 			r, code, _ := g.node(t, "status", "flaky.yaml")
-			wantFailed(t, r, code, "of dirty data waits on the cache device")
+			wantError(t, r, code, "BackingDeviceErrors", "backingDevice.path", "of dirty data waits on the cache device")
 			if st := r.Volumes[0].Status; st == nil || st.BackingIOErrors < 3 {
 				t.Errorf("want at least 3 backing I/O errors counted: %+v", st)
 			}
@@ -332,7 +311,7 @@ func TestBackingDiskErrors(t *testing.T) {
 		{"AtTheLimitBcacheStopsTheDeviceAndKeepsTheDirtyData", func(t *testing.T) {
 			readUncached(t, 70)
 			r, code, _ := g.node(t, "apply", "flaky.yaml")
-			wantFailed(t, r, code, "no bcache device serves the volume")
+			wantError(t, r, code, "BackingDeviceErrors", "backingDevice.path", "no bcache device serves the volume")
 			if n := g.sh(t, "ls /sys/block/ | grep -c '^bcache' || true"); n != "0" {
 				t.Errorf("%s bcache devices still run past the error limit", n)
 			}
@@ -375,12 +354,7 @@ func TestBackingDiskErrors(t *testing.T) {
 				t.Fatalf("teardown: %s", r)
 			}
 		}},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.fn) {
-			t.Fatalf("%s failed; the later steps depend on it", s.name)
-		}
-	}
+	})
 }
 
 // TestCacheDeviceErrors makes the SSD fail every read and write while it stays in the machine
@@ -392,17 +366,11 @@ func TestCacheDeviceErrors(t *testing.T) {
 	defer cancel()
 	g := bootGuest(t, ctx, failingCache, failingHDD)
 	g.volumeFile(t, "failing.yaml", "failing", failingCache.ByID(), failingHDD.ByID(),
-		trusted+"  mode: writeback\n  dirtyThresholdPercent: 40\n  flushPeriod: 0s\n  sequentialCutoff: \"0\"\n")
+		trusted+keepsDirty+"  sequentialCutoff: \"0\"\n")
 	failing := func(t *testing.T, on bool) {
 		t.Helper()
 		if err := g.vm.SetFailing(failingCache, on); err != nil {
 			t.Fatal(err)
-		}
-	}
-	wantErrors := func(t *testing.T, r report, code int, inMessage string) {
-		t.Helper()
-		if e := r.Volumes[0].Error; code == 0 || e == nil || e.Reason != "CacheDeviceErrors" || e.Field != "cacheDevice.path" || !strings.Contains(e.Message, inMessage) {
-			t.Fatalf("want CacheDeviceErrors on cacheDevice.path saying %q: exit %d\n%s", inMessage, code, r)
 		}
 	}
 	const sum = "dd if=/dev/flashcache/failing bs=1M count=16 iflag=direct status=none | md5sum"
@@ -413,10 +381,7 @@ func TestCacheDeviceErrors(t *testing.T) {
 	}
 	var want string
 
-	steps := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"BuildWriteAndFlush", func(t *testing.T) {
 			if r, code, _ := g.node(t, "apply", "failing.yaml"); code != 0 {
 				t.Fatalf("apply: %s", r)
@@ -433,7 +398,7 @@ func TestCacheDeviceErrors(t *testing.T) {
 		{"ACleanCacheThatFailsServesFromTheBackingDisk", func(t *testing.T) {
 			failing(t, true)
 			r, code, _ := g.node(t, "apply", "failing.yaml")
-			wantErrors(t, r, code, "no dirty data")
+			wantError(t, r, code, "CacheDeviceErrors", "cacheDevice.path", "no dirty data")
 			// Every read must work: bcache retries a failed cache read on the backing disk,
 			// and the apply has detached the failing cache.
 			out, _, code, _ := g.vm.Run(ctx, sum)
@@ -477,7 +442,7 @@ func TestCacheDeviceErrors(t *testing.T) {
 			out, _, _, _ = g.vm.Run(ctx, "dmesg | grep -i bcache | tail -n 4")
 			t.Logf("what bcache did:\n%s", out)
 			r, code, _ = g.node(t, "apply", "failing.yaml")
-			wantErrors(t, r, code, "dirty")
+			wantError(t, r, code, "CacheDeviceErrors", "cacheDevice.path", "dirty")
 			if len(r.Volumes[0].Steps) != 0 {
 				t.Errorf("apply with dirty data on a failing SSD ran %s", r.stepKinds())
 			}
@@ -497,10 +462,5 @@ func TestCacheDeviceErrors(t *testing.T) {
 				t.Fatalf("teardown: %s", r)
 			}
 		}},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.fn) {
-			t.Fatalf("%s failed; the later steps depend on it", s.name)
-		}
-	}
+	})
 }

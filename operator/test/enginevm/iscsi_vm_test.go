@@ -78,10 +78,7 @@ stringData:
 		}
 	}
 
-	steps := []struct {
-		name string
-		fn   func(*testing.T)
-	}{
+	runSteps(t, []step{
 		{"WrongCHAPIsRefusedAndNothingIsTouched", func(t *testing.T) {
 			r, code, stderr := g.node(t, "apply", "san-wrong.yaml")
 			if code == 0 || len(r.Volumes) != 1 || r.Volumes[0].Error == nil {
@@ -222,10 +219,5 @@ stringData:
 				t.Errorf("the node record is left (it would log in at boot):\n%s", out)
 			}
 		}},
-	}
-	for _, s := range steps {
-		if !t.Run(s.name, s.fn) {
-			t.Fatalf("%s failed; the later steps depend on it", s.name)
-		}
-	}
+	})
 }
