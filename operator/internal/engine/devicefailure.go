@@ -134,7 +134,7 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 //     inconsistent, voiding whatever a cache set still holds for it.
 //
 // A dirty cache whose loss was not accepted is left alone, and so is a device still attached
-// with dirty data: bcache stops it at its next cache I/O error. It returns the loss as it is
+// with dirty data: bcache stops it when it fails the cache set. It returns the loss as it is
 // afterwards.
 func (e *Engine) keepServing(ctx context.Context, v Volume, lost *CacheLostError, res *Result) error {
 	o := lost.backing
@@ -181,7 +181,7 @@ func (e *Engine) executeWithoutCache(ctx context.Context, v Volume, o *Observati
 		}); err != nil {
 			return err
 		}
-		// The kernel takes a new SSD into the set's UUID only once the old set is freed.
+		// A failing SSD that reads again can be registered only once its old set is freed.
 		return e.waitForSetGone(ctx, s.Value)
 	case StepRegisterBacking:
 		return e.execute(ctx, v, o, s)
