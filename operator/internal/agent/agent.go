@@ -150,6 +150,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return r.failed(ctx, &fcv, st, "apply", err)
 	}
 	st.fromResult(res, fcv.Generation)
+	if f := st.failure; f != nil && (fcv.Status.Failure == nil || fcv.Status.Failure.Reason != f.Reason) {
+		// Said when it starts; the condition and status.failure keep saying it.
+		r.Recorder.Eventf(&fcv, nil, corev1.EventTypeWarning, f.Reason, "Apply", "%s", st.degraded.Message)
+	}
 	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
 	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
 		return ctrl.Result{}, err

@@ -10,7 +10,7 @@ import (
 type Metrics struct {
 	dirty, bypassed, writebackRate, flushRemaining *prometheus.GaugeVec
 	hitRatio, available, wear, flushing            *prometheus.GaugeVec
-	state                                          *prometheus.GaugeVec
+	state, ioErrors                                *prometheus.GaugeVec
 	errors                                         *prometheus.CounterVec
 }
 
@@ -34,6 +34,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wear:           gauge("volume_cache_wear_percent", "The cache device's estimate of its life used."),
 		flushing:       gauge("volume_flushing", "1 while a blocking flush runs."),
 		flushRemaining: gauge("volume_flush_remaining_bytes", "Dirty data a running blocking flush has still to write."),
+		ioErrors: gauge("volume_io_errors", "I/O errors bcache counted on the volume's cache or backing device since it registered it; "+
+			"at 8 (cache) or 64 (backing) it gives the device up.", "device"),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
 			Help: "Engine runs that failed, by operation."}, []string{"volume", "operation"}),
 	}
@@ -61,6 +63,8 @@ func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
 	if wearPercent != nil {
 		m.wear.WithLabelValues(volume).Set(float64(*wearPercent))
 	}
+	m.ioErrors.WithLabelValues(volume, "cache").Set(float64(s.CacheIOErrors))
+	m.ioErrors.WithLabelValues(volume, "backing").Set(float64(s.BackingIOErrors))
 }
 
 // Flushing marks a blocking flush as running or done.
@@ -96,7 +100,7 @@ func (m *Metrics) Forget(volume string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining} {
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.ioErrors} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})
