@@ -9,7 +9,7 @@ set -euo pipefail
 packages=(
 	qemu-system-x86 # the VM itself
 	qemu-utils      # qemu-img: qcow2 base image and per-VM overlays
-	nbdkit          # serves HDDs whose write cache a power cut empties (vmharness CacheVolatile*)
+	nbdkit          # serves HDDs whose write cache a power cut empties (vmharness CacheVolatile*), and Faulty disks (its error filter)
 	mmdebstrap      # builds the guest rootfs without root tricks or debootstrap's slowness
 	e2fsprogs       # mke2fs -d: a filesystem image straight from a directory, no loop mount
 	openssh-client  # ssh-keygen for the harness and host keys; ssh for make vm-shell
