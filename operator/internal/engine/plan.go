@@ -136,17 +136,19 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	// The cache device: ours when its first partition carries our label.
 	cachePart := "partition 1 of " + o.Cache.DevPath
 	cacheIsOurs, backingIsOurs := ours(v, o)
-	if backingIsOurs && o.BackingReg != nil && o.BackingReg.AttachedSet != "" && o.AttachedCacheAlive &&
-		!(cacheIsOurs && o.CacheSB != nil && o.CacheSB.SetUUID() == o.BackingReg.AttachedSet) {
+	// The backing device is attached to a cache set that is not on the named cache device: the
+	// spec names a new SSD.
+	attachedElsewhere := backingIsOurs && o.BackingReg != nil && o.BackingReg.AttachedSet != "" &&
+		!(cacheIsOurs && o.CacheSB != nil && o.CacheSB.SetUUID() == o.BackingReg.AttachedSet)
+	switch {
+	case attachedElsewhere && o.AttachedCacheAlive:
 		// A replacement SSD is for a cache that is gone; the live one holds the volume's cache
 		// set, and a second device made into that set would fight it for the backing disk.
 		return nil, &Refusal{Reason: ReasonCacheStillAttached, Field: "cacheDevice.path",
 			Message: fmt.Sprintf("%s is attached to cache set %s, whose cache device still works and is not %s: "+
 				"a new SSD replaces a lost one only; to move a working volume, flush it, tear it down and build it again",
 				o.Backing.DevPath, o.BackingReg.AttachedSet, o.Cache.Path)}
-	}
-	if backingIsOurs && o.BackingReg != nil && o.BackingReg.AttachedSet != "" && !o.AttachedCacheAlive &&
-		!(cacheIsOurs && o.CacheSB != nil && o.CacheSB.SetUUID() == o.BackingReg.AttachedSet) {
+	case attachedElsewhere:
 		// A new SSD for a lost one that bcache has not failed yet: the backing device leaves the
 		// dead set first, and only if nothing dirty stays behind in it.
 		if dirty, _ := blockdev.ParseHumanSize(o.Knobs["dirty_data"]); dirty > 0 {
