@@ -43,6 +43,8 @@ packages=(
 	python3 python3-apt # Ansible's modules run on the guest's Python; its apt module needs python3-apt
 	open-iscsi # iscsiadm, a tool of the engine's table (iSCSI backing devices)
 	targetcli-fb # an LIO iSCSI target in the guest, for the tests of iSCSI backing devices
+	mariadb-server sysbench # the OLTP benchmark (make bench); mariadb.service stays masked below
+	lvm2 # lvmcache and dm-writecache, the alternatives the benchmark compares
 )
 
 # Only the modules needed to mount the root disk go into the initrd: the default (MODULES=most)
@@ -64,6 +66,7 @@ masked_units=(
 	nvmefc-boot-connections.service nvmf-autoconnect.service
 	systemd-networkd-wait-online.service getty@tty1.service
 	systemd-timesyncd.service systemd-pstore.service
+	mariadb.service lvm2-monitor.service
 )
 
 mapfile -t mirrors < <(debian_mirrors "$suite")
@@ -123,6 +126,16 @@ chroot "$rootfs" systemctl enable systemd-networkd.service >/dev/null
 # smartd's enabled alias (smartmontools.service) would make masking it fail.
 chroot "$rootfs" systemctl disable smartd.service 2>/dev/null
 chroot "$rootfs" systemctl mask "${masked_units[@]}" 2>/dev/null
+# LVM only when a benchmark asks for it: no activation of volume groups udev finds on the test
+# disks, no dmeventd.
+cat >"$rootfs/etc/lvm/lvmlocal.conf" <<'EOF'
+global {
+	event_activation = 0
+}
+activation {
+	monitoring = 0
+}
+EOF
 
 # An empty root password lets a human log in on the serial console when SSH is what broke;
 # SSH itself only takes the harness key.
