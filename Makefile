@@ -82,10 +82,10 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-ansible test-e2e test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
-lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image and ansible files).
+lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image, ansible and bench files).
 	@unformatted=$$(cd operator && gofmt -l .); \
 	if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
-	cd operator && go vet ./... && for tags in envtest vm e2e helm image ansible; do go vet -tags $$tags ./... || exit 1; done
+	cd operator && go vet ./... && for tags in envtest vm e2e helm image ansible bench; do go vet -tags $$tags ./... || exit 1; done
 
 .PHONY: verify-generated
 verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
@@ -160,6 +160,23 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 	$(MAKE) --no-print-directory build; \
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
 		go test -tags e2e -count=1 -p 1 -v -timeout 40m ./test/e2e/...
+
+##@ Benchmarks (numbers, no speed targets)
+
+BENCH_SCALE := go test -count=1 -v -tags bench -timeout 30m ./test/bench/scale/
+
+.PHONY: bench-scale
+bench-scale: ## The operator at scale: 1000 FlashCacheVolumes on 200 kwok nodes (simulated agent), eviction webhook latency; BENCH_OUT gets scale.json.
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) $(BENCH_SCALE)
+
+.PHONY: test-bench-scale-smoke
+test-bench-scale-smoke: ## bench-scale at 50 volumes, 10 nodes, 20 evictions: proves it works, measures nothing.
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
+	$(MAKE) --no-print-directory build; \
+	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) \
+		BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 $(BENCH_SCALE)
 
 ##@ Packaging
 

@@ -87,3 +87,26 @@ spec:
 		t.Errorf("teardown without --confirm: err = %v", err)
 	}
 }
+
+// A process started with --kubeconfig must not be slower than the same process in a pod, whose
+// configuration ctrl.GetConfig returns without a client-side rate limit.
+func TestKubeconfigHasNoClientSideRateLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	kubeconfig := `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u}}]
+current-context: x
+`
+	if err := os.WriteFile(path, []byte(kubeconfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := restConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QPS >= 0 {
+		t.Errorf("QPS %v, want negative (no client-side rate limit)", cfg.QPS)
+	}
+}

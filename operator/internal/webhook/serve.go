@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
@@ -72,6 +73,15 @@ func NewServer(opts Options, reader client.Reader) (webhook.Server, *SecretCerti
 // Register adds the eviction gate to the manager's webhook server and, with self-managed
 // certificates, the rotator that makes them.
 func Register(mgr ctrl.Manager, opts Options, source *SecretCertificate) error {
+	// The gate reads pods and claims from the cache, whose informers otherwise start at the first
+	// read: the first eviction after a start would wait for a list of every pod in the cluster,
+	// against the API server's timeout for the webhook. Asked for now, they start and sync with
+	// the manager.
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.PersistentVolumeClaim{}} {
+		if _, err := mgr.GetCache().GetInformer(context.Background(), obj, cache.BlockUntilSynced(false)); err != nil {
+			return fmt.Errorf("starting the %T informer of the eviction gate: %w", obj, err)
+		}
+	}
 	mgr.GetWebhookServer().Register(Path, &admission.Webhook{Handler: &EvictionGate{
 		Reader:   mgr.GetCache(),
 		Writer:   mgr.GetClient(),

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -92,7 +90,7 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"); err != nil {
 		t.Fatal(err)
 	}
-	webhookPort := startOperator(t, ctx, c, k8s, binary, dir)
+	webhookPort := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir}).WebhookPort
 
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
@@ -494,66 +492,6 @@ spec:
           storage: SIZE
 `
 
-// startOperator points the chart's webhook configuration at a port on this host and runs the
-// operator there, as the chart would (leader election, self-managed certificates in the chart's
-// Secret), with the chart ServiceAccount's token; it returns once the CA is injected.
-func startOperator(t *testing.T, ctx context.Context, c *cluster.Cluster, k8s client.Client, binary, dir string) int {
-	t.Helper()
-	port := freePort(t)
-	var config admissionv1.ValidatingWebhookConfiguration
-	if err := k8s.Get(ctx, types.NamespacedName{Name: "flashcache-eviction"}, &config); err != nil {
-		t.Fatal(err)
-	}
-	url := fmt.Sprintf("https://localhost:%d/validate-eviction", port)
-	for i := range config.Webhooks {
-		config.Webhooks[i].ClientConfig = admissionv1.WebhookClientConfig{URL: &url}
-	}
-	if err := k8s.Update(ctx, &config); err != nil {
-		t.Fatal(err)
-	}
-	kubeconfig, err := c.ServiceAccountKubeconfig(ctx, chartNamespace, "flashcache-operator", "", 2*time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "operator-kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logPath := filepath.Join(dir, "operator.log")
-	logFile, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	opCtx, stop := context.WithCancel(context.Background())
-	cmd := exec.CommandContext(opCtx, binary, "operator", "--kubeconfig", path,
-		"--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-		"--leader-elect", "--leader-election-namespace", chartNamespace,
-		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", chartNamespace,
-		"--webhook-dns-name", "localhost", "--webhook-cert-dir", filepath.Join(dir, "webhook-certs"))
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		stop()
-		_ = cmd.Wait()
-		_ = logFile.Close()
-		if t.Failed() {
-			if out, err := exec.Command("tail", "-n", "40", logPath).Output(); err == nil {
-				t.Logf("operator log (tail):\n%s", out)
-			}
-		}
-	})
-	eventually(t, ctx, 2*time.Minute, "the webhook's CA injected by the operator", func(ctx context.Context) (string, bool, error) {
-		var got admissionv1.ValidatingWebhookConfiguration
-		if err := k8s.Get(ctx, types.NamespacedName{Name: config.Name}, &got); err != nil {
-			return "", false, err
-		}
-		return "no caBundle yet", len(got.Webhooks[0].ClientConfig.CABundle) > 0, nil
-	})
-	return port
-}
-
 type drainLine struct {
 	at   time.Time
 	text string
@@ -632,14 +570,4 @@ func condition(f *fcv1.FlashCacheVolume, kind string) metav1.Condition {
 		return *c
 	}
 	return metav1.Condition{}
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
