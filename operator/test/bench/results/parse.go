@@ -1,0 +1,125 @@
+package results
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Sysbench is what a `sysbench ... --report-interval=N run` printed.
+type Sysbench struct {
+	IntervalTPS  []float64
+	Transactions int64
+	TPS          float64
+	P95Ms        float64
+}
+
+var (
+	sysbenchInterval = regexp.MustCompile(`^\[\s*\d+s\s*\]\s+thds:\s*\d+\s+tps:\s*([0-9.]+)`)
+	sysbenchTxns     = regexp.MustCompile(`^\s*transactions:\s+(\d+)\s+\(([0-9.]+) per sec\.\)`)
+	sysbenchP95      = regexp.MustCompile(`^\s*95th percentile:\s+([0-9.]+)`)
+)
+
+// ParseSysbench reads sysbench 1.0's run output (interval lines and the summary).
+func ParseSysbench(out string) (Sysbench, error) {
+	var s Sysbench
+	var haveTxns, haveP95 bool
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if m := sysbenchInterval.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			s.IntervalTPS = append(s.IntervalTPS, v)
+		} else if m := sysbenchTxns.FindStringSubmatch(line); m != nil {
+			s.Transactions, _ = strconv.ParseInt(m[1], 10, 64)
+			s.TPS, _ = strconv.ParseFloat(m[2], 64)
+			haveTxns = true
+		} else if m := sysbenchP95.FindStringSubmatch(line); m != nil {
+			s.P95Ms, _ = strconv.ParseFloat(m[1], 64)
+			haveP95 = true
+		}
+	}
+	if !haveTxns || !haveP95 {
+		return s, fmt.Errorf("sysbench output has no transactions or 95th percentile summary")
+	}
+	return s, nil
+}
+
+// Fio is the part of fio's JSON output (one job) the benchmark reports.
+type Fio struct {
+	ReadIOPS, WriteIOPS float64
+	ReadP95Ms           float64
+}
+
+// ParseFio reads `fio --output-format=json` with one job.
+func ParseFio(out []byte) (Fio, error) {
+	var doc struct {
+		Jobs []struct {
+			Read  fioSide `json:"read"`
+			Write fioSide `json:"write"`
+		} `json:"jobs"`
+	}
+	// fio prints warnings before the JSON document when it adjusts an option.
+	if i := strings.IndexByte(string(out), '{'); i > 0 {
+		out = out[i:]
+	}
+	if err := json.Unmarshal(out, &doc); err != nil {
+		return Fio{}, fmt.Errorf("fio output: %w", err)
+	}
+	if len(doc.Jobs) != 1 {
+		return Fio{}, fmt.Errorf("fio output: want one job, have %d", len(doc.Jobs))
+	}
+	j := doc.Jobs[0]
+	return Fio{ReadIOPS: j.Read.IOPS, WriteIOPS: j.Write.IOPS, ReadP95Ms: j.Read.Clat.Percentile["95.000000"] / 1e6}, nil
+}
+
+type fioSide struct {
+	IOPS float64 `json:"iops"`
+	Clat struct {
+		Percentile map[string]float64 `json:"percentile"`
+	} `json:"clat_ns"`
+}
+
+// BlockStat is a block device's I/O counters, /sys/block/<dev>/stat (Documentation/block/stat.rst).
+type BlockStat struct {
+	Reads, ReadSectors, Writes, WriteSectors int64
+}
+
+// ParseBlockStat reads one /sys/block/<dev>/stat line.
+func ParseBlockStat(line string) (BlockStat, error) {
+	f := strings.Fields(line)
+	if len(f) < 7 {
+		return BlockStat{}, fmt.Errorf("block stat %q: want at least 7 fields", line)
+	}
+	var v [7]int64
+	for i := range v {
+		n, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return BlockStat{}, fmt.Errorf("block stat %q: field %d: %w", line, i+1, err)
+		}
+		v[i] = n
+	}
+	return BlockStat{Reads: v[0], ReadSectors: v[2], Writes: v[4], WriteSectors: v[6]}, nil
+}
+
+// Sub is the I/O between two readings.
+func (b BlockStat) Sub(before BlockStat) BlockStat {
+	return BlockStat{b.Reads - before.Reads, b.ReadSectors - before.ReadSectors, b.Writes - before.Writes, b.WriteSectors - before.WriteSectors}
+}
+
+// ReadHitRatio is the share of what was read from the volume (top) that the HDD did not serve.
+// Read-ahead or a cache's promotion reads can make the HDD read more than the volume did; that
+// counts as no hits at all rather than a negative ratio.
+func ReadHitRatio(top, hdd BlockStat) float64 {
+	if top.ReadSectors <= 0 {
+		return 0
+	}
+	r := 1 - float64(hdd.ReadSectors)/float64(top.ReadSectors)
+	if r < 0 {
+		return 0
+	}
+	return r
+}

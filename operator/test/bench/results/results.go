@@ -1,0 +1,214 @@
+// Package results holds what `make bench` measures, as the benchmarks write it (JSON files in
+// one folder) and as the report reads it, with the parsers of the tools' output and the
+// statistics the report prints. Nothing here needs a VM or a cluster, so the unit tier covers it.
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+)
+
+// File names inside a results folder.
+const (
+	OLTPFile  = "oltp.json"
+	FlushFile = "flush.json"
+	ScaleFile = "scale.json"
+)
+
+// Machine is where a benchmark ran.
+type Machine struct {
+	HostCPU       string `json:"hostCPU"`
+	HostCores     int    `json:"hostCores"`
+	GuestCPUs     int    `json:"guestCPUs"`
+	GuestMemMiB   int    `json:"guestMemMiB"`
+	GuestKernel   string `json:"guestKernel"`
+	QEMU          string `json:"qemu"`
+	MariaDB       string `json:"mariadb"`
+	Sysbench      string `json:"sysbench"`
+	Fio           string `json:"fio"`
+	LVM           string `json:"lvm"`
+	FlashcacheRev string `json:"flashcacheRevision"`
+}
+
+// OLTPParams are the sizes and durations of an OLTP run; the report prints them.
+type OLTPParams struct {
+	DataMiB         int     `json:"dataMiB"`
+	Tables          int     `json:"tables"`
+	RowsPerTable    int     `json:"rowsPerTable"`
+	BufferPoolMiB   int     `json:"bufferPoolMiB"`
+	Threads         int     `json:"threads"`
+	WarmupSeconds   int     `json:"warmupSeconds"`
+	MeasureSeconds  int     `json:"measureSeconds"`
+	FioSeconds      int     `json:"fioSeconds"`
+	Repetitions     int     `json:"repetitions"`
+	CacheDiskMiB    int     `json:"cacheDiskMiB"`
+	BackingDiskMiB  int     `json:"backingDiskMiB"`
+	BackingIOPS     int     `json:"backingIOPS"`
+	BackingMBPerSec float64 `json:"backingMBPerSec"`
+}
+
+// Config is one storage configuration of the OLTP comparison.
+type Config struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Cached is false for the floor and the ceiling (HDD only, all-flash).
+	Cached bool `json:"cached"`
+}
+
+// OLTPRun is one configuration's run: the initial copy, a discarded warm-up, the measured
+// sysbench run, the flush after it and the fio run.
+type OLTPRun struct {
+	Config string `json:"config"`
+	Rep    int    `json:"rep"`
+
+	CopySeconds float64 `json:"copySeconds"`
+
+	Transactions int64     `json:"transactions"`
+	TPS          float64   `json:"tps"`
+	IntervalTPS  []float64 `json:"intervalTPS"`
+	P95Ms        float64   `json:"p95Ms"`
+
+	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
+	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
+	ReadHitRatio          float64 `json:"readHitRatio"`
+	HDDReadsPerTxn        float64 `json:"hddReadsPerTxn"`
+	HDDWritesPerTxn       float64 `json:"hddWritesPerTxn"`
+	SSDWriteBytesPerTxn   float64 `json:"ssdWriteBytesPerTxn"`
+	DirtyBytesAfter       int64   `json:"dirtyBytesAfter"`
+	FlushSeconds          float64 `json:"flushSeconds"`
+	FlushIncomplete       bool    `json:"flushIncomplete,omitempty"`
+	FioReadIOPS           float64 `json:"fioReadIOPS"`
+	FioWriteIOPS          float64 `json:"fioWriteIOPS"`
+	FioReadP95Ms          float64 `json:"fioReadP95Ms"`
+	FioHDDReadsPerKiloOps float64 `json:"fioHDDReadsPerKiloOps"`
+}
+
+// OLTP is oltp.json.
+type OLTP struct {
+	Command  string     `json:"command"`
+	Started  string     `json:"started"`
+	Seconds  float64    `json:"seconds"`
+	Machine  Machine    `json:"machine"`
+	Params   OLTPParams `json:"params"`
+	Configs  []Config   `json:"configs"`
+	Runs     []OLTPRun  `json:"runs"`
+	Failures []string   `json:"failures,omitempty"`
+}
+
+// FlushPattern is one kind of dirty data, flushed by `flashcache node flush` and compared with
+// the backing disk written directly with the same I/O sizes.
+type FlushPattern struct {
+	Name         string  `json:"name"`
+	BlockBytes   int64   `json:"blockBytes"`
+	DirtyBytes   int64   `json:"dirtyBytes"`
+	FlushSeconds float64 `json:"flushSeconds"`
+	FlushMBps    float64 `json:"flushMBps"`
+	BaselineMBps float64 `json:"baselineMBps"`
+	Ratio        float64 `json:"ratio"`
+}
+
+// Flush is flush.json.
+type Flush struct {
+	Command  string         `json:"command"`
+	Machine  Machine        `json:"machine"`
+	Patterns []FlushPattern `json:"patterns"`
+}
+
+// LatencyMs are percentiles in milliseconds.
+type LatencyMs struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+	Max float64 `json:"max,omitempty"`
+}
+
+// Scale is scale.json, written by the operator-scale benchmark.
+type Scale struct {
+	Command                  string     `json:"command,omitempty"`
+	Volumes                  int        `json:"volumes"`
+	Nodes                    int        `json:"nodes"`
+	TimeToAllPVsSeconds      float64    `json:"timeToAllPVsSeconds"`
+	OperatorCPUSeconds       float64    `json:"operatorCPUSeconds"`
+	OperatorPeakRSSBytes     int64      `json:"operatorPeakRSSBytes"`
+	Evictions                int        `json:"evictions"`
+	EvictionConcurrency      int        `json:"evictionConcurrency"`
+	EvictionLatencyMs        LatencyMs  `json:"evictionLatencyMs"`
+	WebhookServerLatencyMs   *LatencyMs `json:"webhookServerLatencyMs,omitempty"`
+	WebhookServerLatencyNote string     `json:"webhookServerLatencyNote,omitempty"`
+	Simulation               string     `json:"simulation"`
+	KubernetesVersion        string     `json:"kubernetesVersion"`
+}
+
+// Write stores v as indented JSON in dir/name.
+func Write(dir, name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("results folder: %w", err)
+	}
+	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
+}
+
+// Read loads dir/name into v; a missing file is reported as os.ErrNotExist.
+func Read(dir, name string, v any) error {
+	b, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s: %w", name, err)
+	}
+	return nil
+}
+
+// Median of xs (NaN for none).
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	if n := len(s); n%2 == 1 {
+		return s[n/2]
+	} else {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+}
+
+// MinMax of xs (NaN for none).
+func MinMax(xs []float64) (lo, hi float64) {
+	if len(xs) == 0 {
+		return math.NaN(), math.NaN()
+	}
+	lo, hi = xs[0], xs[0]
+	for _, x := range xs[1:] {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}
+
+// CV is the coefficient of variation (population standard deviation over mean) of xs: how
+// steady the 10-s TPS of a run was. NaN for fewer than two values or a zero mean.
+func CV(xs []float64) float64 {
+	if len(xs) < 2 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += x
+	}
+	mean := sum / float64(len(xs))
+	if mean == 0 {
+		return math.NaN()
+	}
+	var sq float64
+	for _, x := range xs {
+		sq += (x - mean) * (x - mean)
+	}
+	return math.Sqrt(sq/float64(len(xs))) / mean
+}

@@ -1,0 +1,98 @@
+package results
+
+import (
+	"math"
+	"testing"
+)
+
+const sysbenchRun = `sysbench 1.0.20 (using system LuaJIT 2.1.0-beta3)
+
+Running the test with following options:
+Number of threads: 4
+Report intermediate results every 10 second(s)
+
+[ 10s ] thds: 4 tps: 99.06 qps: 1984.96 (r/w/o: 1390.21/396.23/198.52) lat (ms,95%): 69.29 err/s: 0.00 reconn/s: 0.00
+[ 20s ] thds: 4 tps: 104.52 qps: 2089.95 (r/w/o: 1462.41/418.49/209.04) lat (ms,95%): 59.99 err/s: 0.00 reconn/s: 0.00
+[ 30s ] thds: 4 tps: 107.20 qps: 2146.05 (r/w/o: 1503.07/428.59/214.40) lat (ms,95%): 61.08 err/s: 0.00 reconn/s: 0.00
+SQL statistics:
+    queries performed:
+        read:                            43568
+    transactions:                        3112   (103.59 per sec.)
+    queries:                             62240  (2071.82 per sec.)
+
+Latency (ms):
+         min:                                    8.03
+         avg:                                   38.60
+         max:                                  222.69
+         95th percentile:                       63.32
+`
+
+func TestParseSysbenchReadsIntervalsAndSummary(t *testing.T) {
+	s, err := ParseSysbench(sysbenchRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.IntervalTPS) != 3 || s.IntervalTPS[1] != 104.52 {
+		t.Errorf("intervals %v", s.IntervalTPS)
+	}
+	if s.Transactions != 3112 || s.TPS != 103.59 || s.P95Ms != 63.32 {
+		t.Errorf("summary %+v", s)
+	}
+	if _, err := ParseSysbench("FATAL: unable to connect to MySQL server\n"); err == nil {
+		t.Error("a failed run parsed without error")
+	}
+}
+
+func TestParseFioSkipsWarningsBeforeTheDocument(t *testing.T) {
+	out := []byte(`fio: note: both iodepth >= 1 and synchronous I/O engine are selected
+{"jobs":[{"read":{"iops":151.5,"clat_ns":{"percentile":{"95.000000":12500000}}},"write":{"iops":64.2}}]}`)
+	f, err := ParseFio(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.ReadIOPS != 151.5 || f.WriteIOPS != 64.2 || f.ReadP95Ms != 12.5 {
+		t.Errorf("%+v", f)
+	}
+	if _, err := ParseFio([]byte(`{"jobs":[]}`)); err == nil {
+		t.Error("no job parsed without error")
+	}
+}
+
+func TestBlockStatDeltaAndHitRatio(t *testing.T) {
+	before, err := ParseBlockStat("  100 0 8000 10 50 0 4000 20 0 30 40 0 0 0 0 0 0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := ParseBlockStat("  300 0 24000 10 90 0 9000 20 0 30 40 0 0 0 0 0 0")
+	d := after.Sub(before)
+	if d != (BlockStat{Reads: 200, ReadSectors: 16000, Writes: 40, WriteSectors: 5000}) {
+		t.Errorf("delta %+v", d)
+	}
+	if r := ReadHitRatio(BlockStat{ReadSectors: 1000}, BlockStat{ReadSectors: 250}); r != 0.75 {
+		t.Errorf("hit ratio %v, want 0.75", r)
+	}
+	if r := ReadHitRatio(BlockStat{ReadSectors: 1000}, BlockStat{ReadSectors: 1200}); r != 0 {
+		t.Errorf("hit ratio with read-ahead %v, want 0", r)
+	}
+	if _, err := ParseBlockStat("1 2 3"); err == nil {
+		t.Error("short stat line parsed")
+	}
+}
+
+func TestStatistics(t *testing.T) {
+	if m := Median([]float64{3, 1, 2}); m != 2 {
+		t.Errorf("median %v", m)
+	}
+	if m := Median([]float64{4, 1, 2, 3}); m != 2.5 {
+		t.Errorf("median %v", m)
+	}
+	if lo, hi := MinMax([]float64{3, 1, 2}); lo != 1 || hi != 3 {
+		t.Errorf("minmax %v %v", lo, hi)
+	}
+	if cv := CV([]float64{90, 110}); math.Abs(cv-0.1) > 1e-9 {
+		t.Errorf("cv %v, want 0.1", cv)
+	}
+	if !math.IsNaN(CV([]float64{5})) || !math.IsNaN(Median(nil)) {
+		t.Error("statistics of too few values are not NaN")
+	}
+}
