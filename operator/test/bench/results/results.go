@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 )
 
 // File names inside a results folder.
@@ -118,14 +119,18 @@ type Flush struct {
 	Patterns []FlushPattern `json:"patterns"`
 }
 
-// LatencyMs are percentiles in milliseconds.
+// LatencyMs summarises a latency distribution in milliseconds.
 type LatencyMs struct {
-	P50 float64 `json:"p50"`
-	P99 float64 `json:"p99"`
-	Max float64 `json:"max,omitempty"`
+	P50  float64 `json:"p50"`
+	P99  float64 `json:"p99"`
+	Max  float64 `json:"max,omitempty"`
+	Mean float64 `json:"mean,omitempty"`
+	// Count is how many observations the summary is of (server side: the histogram's delta).
+	Count uint64 `json:"count,omitempty"`
 }
 
-// Scale is scale.json, written by the operator-scale benchmark.
+// Scale is scale.json, written by the operator-scale benchmark. The names up to
+// kubernetesVersion are the issue's; the rest add detail. The notes say how a number was taken.
 type Scale struct {
 	Command                  string     `json:"command,omitempty"`
 	Volumes                  int        `json:"volumes"`
@@ -137,9 +142,35 @@ type Scale struct {
 	EvictionConcurrency      int        `json:"evictionConcurrency"`
 	EvictionLatencyMs        LatencyMs  `json:"evictionLatencyMs"`
 	WebhookServerLatencyMs   *LatencyMs `json:"webhookServerLatencyMs,omitempty"`
-	WebhookServerLatencyNote string     `json:"webhookServerLatencyNote,omitempty"`
+	WebhookServerLatencyNote string     `json:"webhookServerLatencyNote"`
 	Simulation               string     `json:"simulation"`
 	KubernetesVersion        string     `json:"kubernetesVersion"`
+
+	EvictionLatencyNote         string     `json:"evictionLatencyNote"`
+	DryRunEvictionLatencyMs     LatencyMs  `json:"dryRunEvictionLatencyMs"`
+	DryRunEvictionLatencyNote   string     `json:"dryRunEvictionLatencyNote"`
+	APIServerWebhookLatencyMs   *LatencyMs `json:"apiserverWebhookLatencyMs,omitempty"`
+	APIServerWebhookLatencyNote string     `json:"apiserverWebhookLatencyNote"`
+	CreateVolumesSeconds        float64    `json:"createVolumesSeconds"`
+	TimeToFirstPVSeconds        float64    `json:"timeToFirstPVSeconds"`
+	TimeToHalfPVsSeconds        float64    `json:"timeToHalfPVsSeconds"`
+	TimeToAllReadySeconds       float64    `json:"timeToAllReadySeconds"`
+	OperatorCPUSecondsNote      string     `json:"operatorCPUSecondsNote"`
+	OperatorRSSAfterPVsBytes    int64      `json:"operatorRSSAfterPVsBytes"`
+	OperatorCPUSecondsEvictions float64    `json:"operatorCPUSecondsEvictions"`
+	EvictionBurstSeconds        float64    `json:"evictionBurstSeconds"`
+	OperatorPeakRSSNote         string     `json:"operatorPeakRSSNote"`
+	MachineCPUs                 int        `json:"machineCPUs"`
+	MachineLoadAverageAtStart   string     `json:"machineLoadAverageAtStart"`
+	FlashcacheVersion           string     `json:"flashcacheVersion"`
+	StartedAt                   time.Time  `json:"startedAt"`
+	// The simulated agent's and the operator's identities, and how crowded the nodes were.
+	SimulatedAgentWorkers         int     `json:"simulatedAgentWorkers"`
+	SimulatedAgentServiceAccount  string  `json:"simulatedAgentServiceAccount"`
+	OperatorServiceAccount        string  `json:"operatorServiceAccount"`
+	UnrelatedPodsPerNodeAtMost    int     `json:"unrelatedPodsPerNodeAtMost"`
+	OperatorStartupRSSBytes       int64   `json:"operatorStartupRSSBytes"`
+	OperatorCPUSecondsBeforeStart float64 `json:"operatorCPUSecondsBeforeVolumes"`
 }
 
 // Write stores v as indented JSON in dir/name.

@@ -1,7 +1,12 @@
 package results
 
 import (
+	"bytes"
+	"encoding/json"
 	"math"
+	"os"
+	"path/filepath"
+	"reflect"
 	"testing"
 )
 
@@ -94,5 +99,34 @@ func TestStatistics(t *testing.T) {
 	}
 	if !math.IsNaN(CV([]float64{5})) || !math.IsNaN(Median(nil)) {
 		t.Error("statistics of too few values are not NaN")
+	}
+}
+
+// TestScaleDecodesWhatTheBenchmarkWrote keeps results.Scale in step with the scale benchmark's
+// output: testdata/scale.json is a real run's file, and every name in it must survive a round trip.
+func TestScaleDecodesWhatTheBenchmarkWrote(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", ScaleFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var s Scale
+	if err := dec.Decode(&s); err != nil {
+		t.Fatalf("decode: %v", err)
+	}
+	again, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got map[string]any
+	if err := json.Unmarshal(raw, &want); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(again, &got); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip changed scale.json:\n got %v\nwant %v", got, want)
 	}
 }

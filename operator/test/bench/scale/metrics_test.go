@@ -16,6 +16,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/flashcache/flashcache/operator/test/bench/results"
 )
 
 // protoAccept asks for Prometheus' protobuf exposition: only it carries native histograms,
@@ -73,16 +75,6 @@ next:
 		return m.GetHistogram()
 	}
 	return nil
-}
-
-// latencySummary is what the benchmark reports of a latency distribution, in milliseconds.
-type latencySummary struct {
-	P50  float64 `json:"p50"`
-	P99  float64 `json:"p99"`
-	Max  float64 `json:"max,omitempty"`
-	Mean float64 `json:"mean,omitempty"`
-	// Count is how many observations the summary is of (server-side: the histogram's delta).
-	Count uint64 `json:"count,omitempty"`
 }
 
 // bucket is a histogram bucket with its count (not cumulative) between lower and upper bound.
@@ -195,8 +187,8 @@ func (d histogramDelta) quantile(q float64) float64 {
 }
 
 // summaryMs is the delta's p50, p99 and mean in milliseconds.
-func (d histogramDelta) summaryMs() latencySummary {
-	s := latencySummary{P50: d.quantile(0.5) * 1000, P99: d.quantile(0.99) * 1000, Count: d.count}
+func (d histogramDelta) summaryMs() results.LatencyMs {
+	s := results.LatencyMs{P50: d.quantile(0.5) * 1000, P99: d.quantile(0.99) * 1000, Count: d.count}
 	if d.count > 0 {
 		s.Mean = d.sum / float64(d.count) * 1000
 	}

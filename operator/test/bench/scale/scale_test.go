@@ -13,7 +13,6 @@ package scale
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -49,6 +48,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/webhook"
+	"github.com/flashcache/flashcache/operator/test/bench/results"
 	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
 )
 
@@ -101,47 +101,6 @@ func configFromEnv(t *testing.T) benchConfig {
 	return cfg
 }
 
-// result is scale.json. The names up to kubernetesVersion are the issue's; the rest add detail.
-type result struct {
-	Volumes                  int             `json:"volumes"`
-	Nodes                    int             `json:"nodes"`
-	TimeToAllPVsSeconds      float64         `json:"timeToAllPVsSeconds"`
-	OperatorCPUSeconds       float64         `json:"operatorCPUSeconds"`
-	OperatorPeakRSSBytes     int64           `json:"operatorPeakRSSBytes"`
-	Evictions                int             `json:"evictions"`
-	EvictionConcurrency      int             `json:"evictionConcurrency"`
-	EvictionLatencyMs        latencySummary  `json:"evictionLatencyMs"`
-	WebhookServerLatencyMs   *latencySummary `json:"webhookServerLatencyMs,omitempty"`
-	WebhookServerLatencyNote string          `json:"webhookServerLatencyNote"`
-	Simulation               string          `json:"simulation"`
-	KubernetesVersion        string          `json:"kubernetesVersion"`
-
-	EvictionLatencyNote           string          `json:"evictionLatencyNote"`
-	DryRunEvictionLatencyMs       latencySummary  `json:"dryRunEvictionLatencyMs"`
-	DryRunEvictionLatencyNote     string          `json:"dryRunEvictionLatencyNote"`
-	APIServerWebhookLatencyMs     *latencySummary `json:"apiserverWebhookLatencyMs,omitempty"`
-	APIServerWebhookLatencyNote   string          `json:"apiserverWebhookLatencyNote"`
-	CreateVolumesSeconds          float64         `json:"createVolumesSeconds"`
-	TimeToFirstPVSeconds          float64         `json:"timeToFirstPVSeconds"`
-	TimeToHalfPVsSeconds          float64         `json:"timeToHalfPVsSeconds"`
-	TimeToAllReadySeconds         float64         `json:"timeToAllReadySeconds"`
-	OperatorCPUSecondsNote        string          `json:"operatorCPUSecondsNote"`
-	OperatorRSSAfterPVsBytes      int64           `json:"operatorRSSAfterPVsBytes"`
-	OperatorCPUSecondsEvictions   float64         `json:"operatorCPUSecondsEvictions"`
-	EvictionBurstSeconds          float64         `json:"evictionBurstSeconds"`
-	OperatorPeakRSSNote           string          `json:"operatorPeakRSSNote"`
-	MachineCPUs                   int             `json:"machineCPUs"`
-	MachineLoadAverageAtStart     string          `json:"machineLoadAverageAtStart"`
-	FlashcacheVersion             string          `json:"flashcacheVersion"`
-	StartedAt                     time.Time       `json:"startedAt"`
-	SimulatedAgentWorkers         int             `json:"simulatedAgentWorkers"`
-	SimulatedAgentServiceAccount  string          `json:"simulatedAgentServiceAccount"`
-	OperatorServiceAccount        string          `json:"operatorServiceAccount"`
-	UnrelatedPodsPerNodeAtMost    int             `json:"unrelatedPodsPerNodeAtMost"`
-	OperatorStartupRSSBytes       int64           `json:"operatorStartupRSSBytes"`
-	OperatorCPUSecondsBeforeStart float64         `json:"operatorCPUSecondsBeforeVolumes"`
-}
-
 // TestOperatorScale is the benchmark; see the package comment.
 func TestOperatorScale(t *testing.T) {
 	cfg := configFromEnv(t)
@@ -151,7 +110,7 @@ func TestOperatorScale(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
-	res := result{
+	res := results.Scale{
 		Volumes: cfg.volumes, Nodes: cfg.nodes, Evictions: cfg.evictions, EvictionConcurrency: cfg.evictionConcurrency,
 		Simulation: simulationSentence, StartedAt: time.Now().UTC(), MachineCPUs: runtime.NumCPU(), MachineLoadAverageAtStart: loadAverage(),
 		SimulatedAgentWorkers: clientWorkers, SimulatedAgentServiceAccount: chartNamespace + "/flashcache-agent",
@@ -230,7 +189,7 @@ func TestOperatorScale(t *testing.T) {
 // measureVolumes creates the volumes, round robin over the nodes, and times the operator until
 // every one has its PersistentVolume, then until every one is Ready.
 func measureVolumes(t *testing.T, ctx context.Context, cfg benchConfig, c *cluster.Cluster, clientset kubernetes.Interface,
-	k8s client.Client, op *cluster.Operator, nodes []string, res *result) {
+	k8s client.Client, op *cluster.Operator, nodes []string, res *results.Scale) {
 	t.Helper()
 	// Watched, not polled, so the time each PersistentVolume appeared is when the benchmark was
 	// told, and the benchmark's own load on the API server stays small.
@@ -352,7 +311,7 @@ func measureVolumes(t *testing.T, ctx context.Context, cfg benchConfig, c *clust
 // measureEvictions creates pods that use no flashcache volume on the kwok nodes, waits until
 // kwok runs them all, then evicts them in a burst and times each eviction as its client sees it.
 func measureEvictions(t *testing.T, ctx context.Context, cfg benchConfig, c *cluster.Cluster, clientset kubernetes.Interface,
-	op *cluster.Operator, nodes []string, res *result) {
+	op *cluster.Operator, nodes []string, res *results.Scale) {
 	t.Helper()
 	if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: podNamespace}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("creating namespace %s: %v", podNamespace, err)
@@ -509,10 +468,10 @@ func evictAll(t *testing.T, ctx context.Context, clientset kubernetes.Interface,
 	return latencies, took
 }
 
-func summarize(latencies []time.Duration) latencySummary {
+func summarize(latencies []time.Duration) results.LatencyMs {
 	sorted := append([]time.Duration(nil), latencies...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
-	return latencySummary{
+	return results.LatencyMs{
 		P50: ms(percentile(sorted, 0.50)), P99: ms(percentile(sorted, 0.99)), Max: ms(sorted[len(sorted)-1]),
 		Mean: ms(mean(sorted)), Count: uint64(len(sorted)),
 	}
@@ -611,32 +570,22 @@ func round(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 func since(t time.Time) time.Duration { return time.Since(t).Round(100 * time.Millisecond) }
 
-func writeResult(dir string, res *result) error {
+func writeResult(dir string, res *results.Scale) error {
 	for _, f := range []*float64{&res.TimeToAllPVsSeconds, &res.OperatorCPUSeconds, &res.CreateVolumesSeconds,
 		&res.TimeToFirstPVSeconds, &res.TimeToHalfPVsSeconds, &res.TimeToAllReadySeconds, &res.OperatorCPUSecondsEvictions,
 		&res.EvictionBurstSeconds, &res.OperatorCPUSecondsBeforeStart} {
 		*f = round(*f)
 	}
-	for _, s := range []*latencySummary{res.WebhookServerLatencyMs, res.APIServerWebhookLatencyMs} {
+	for _, s := range []*results.LatencyMs{res.WebhookServerLatencyMs, res.APIServerWebhookLatencyMs} {
 		if s != nil {
 			s.P50, s.P99, s.Mean = round(s.P50), round(s.P99), round(s.Mean)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("BENCH_OUT: %w", err)
-	}
-	raw, err := json.MarshalIndent(res, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encoding scale.json: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "scale.json"), append(raw, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing scale.json: %w", err)
-	}
-	return nil
+	return results.Write(dir, results.ScaleFile, res)
 }
 
 // table is the human view of the result.
-func table(res *result) string {
+func table(res *results.Scale) string {
 	var b strings.Builder
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
 	row := func(k, v string) { fmt.Fprintf(w, "  %s\t%s\n", k, v) }
