@@ -111,6 +111,8 @@ func TestOperatorScale(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
 	res := results.Scale{
+		// The command that ran the benchmark, as `make bench` passes it, for the report to print.
+		Command: os.Getenv("BENCH_COMMAND"),
 		Volumes: cfg.volumes, Nodes: cfg.nodes, Evictions: cfg.evictions, EvictionConcurrency: cfg.evictionConcurrency,
 		Simulation: simulationSentence, StartedAt: time.Now().UTC(), MachineCPUs: runtime.NumCPU(), MachineLoadAverageAtStart: loadAverage(),
 		SimulatedAgentWorkers: clientWorkers, SimulatedAgentServiceAccount: chartNamespace + "/flashcache-agent",
