@@ -79,7 +79,7 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 ##@ Test
 
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-ansible test-e2e test-demo ## Everything below, as CI runs it.
+test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-ansible test-e2e test-bench-smoke test-demo ## Everything below, as CI runs it.
 
 .PHONY: lint
 lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image, ansible and bench files).
@@ -163,20 +163,50 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 
 ##@ Benchmarks (numbers, no speed targets)
 
+# Results of each `make bench` go to a folder of their own; the report is rendered from it into
+# docs/. BENCH_* variables in the environment change the sizes (see operator/test/bench/oltp)
+# and are printed in the report as part of the command.
+BENCH_RESULTS ?= $(FLASHCACHE_CACHE)/bench/results-$(shell date -u +%Y%m%dT%H%M%SZ)
+BENCH_COMMAND = $(strip $(shell env | grep '^BENCH_' | grep -v '^BENCH_OUT=\|^BENCH_RESULTS=' | sort | tr '\n' ' ') make bench)
+BENCH_VM := go test -count=1 -v -tags bench -timeout 12h ./test/bench/oltp/
 BENCH_SCALE := go test -count=1 -v -tags bench -timeout 30m ./test/bench/scale/
+BENCH_REPORT := go run ./test/bench/report
+
+.PHONY: bench
+bench: ## OLTP per storage configuration, flush efficiency and the operator at scale; writes docs/benchmarks.md and its charts.
+	hack/install-vm-deps.sh
+	img=$$(hack/build-vm-image.sh); \
+	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
+	$(MAKE) --no-print-directory build; \
+	mkdir -p $(BENCH_RESULTS); \
+	cd operator && export BENCH_OUT=$(BENCH_RESULTS) BENCH_COMMAND='$(BENCH_COMMAND)' BENCH_REVISION=$(VERSION) \
+		BENCH_DATASET_DIR=$(FLASHCACHE_CACHE)/bench/datasets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) KUBEBUILDER_ASSETS=$$assets; \
+	$(BENCH_VM) -run TestFlushEfficiency; \
+	$(BENCH_VM) -run TestOLTP; \
+	$(BENCH_SCALE); \
+	$(BENCH_REPORT) -results $(BENCH_RESULTS) -docs ../docs -notes ../docs/benchmarks/analysis.md
+	@echo "results in $(BENCH_RESULTS); report in docs/benchmarks.md"
 
 .PHONY: bench-scale
-bench-scale: ## The operator at scale: 1000 FlashCacheVolumes on 200 kwok nodes (simulated agent), eviction webhook latency; BENCH_OUT gets scale.json.
+bench-scale: ## The operator at scale alone: 1000 FlashCacheVolumes on 200 kwok nodes (simulated agent), eviction webhook latency; BENCH_OUT gets scale.json.
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
 	$(MAKE) --no-print-directory build; \
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) $(BENCH_SCALE)
 
-.PHONY: test-bench-scale-smoke
-test-bench-scale-smoke: ## bench-scale at 50 volumes, 10 nodes, 20 evictions: proves it works, measures nothing.
+.PHONY: test-bench-smoke
+test-bench-smoke: ## make bench in miniature (two configurations, a tiny data set, 50 volumes): proves it runs and renders, measures nothing.
+	hack/install-vm-deps.sh
+	img=$$(hack/build-vm-image.sh); \
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
 	$(MAKE) --no-print-directory build; \
-	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) \
-		BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 $(BENCH_SCALE)
+	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
+	cd operator && export BENCH_OUT=$$out/results BENCH_COMMAND='make test-bench-smoke' FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) KUBEBUILDER_ASSETS=$$assets; \
+	BENCH_FLUSH_SEQUENTIAL_MIB=64 BENCH_FLUSH_RANDOM_MIB=1 BENCH_FLUSH_BASELINE_SECONDS=5 $(BENCH_VM) -run TestFlushEfficiency; \
+	BENCH_CONFIGS=flashcache-flush-30s,dm-writecache BENCH_DATA_MIB=48 BENCH_TABLES=2 BENCH_BUFFER_POOL_MIB=16 BENCH_WARMUP_SECONDS=5 \
+		BENCH_MEASURE_SECONDS=20 BENCH_FIO_SECONDS=5 BENCH_REPETITIONS=1 $(BENCH_VM) -run TestOLTP; \
+	BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 $(BENCH_SCALE); \
+	$(BENCH_REPORT) -results $$out/results -docs $$out/docs; \
+	grep -q 'flashcache-flush-30s' $$out/docs/benchmarks.md && test -s $$out/docs/benchmarks/tps-dm-writecache.png
 
 ##@ Packaging
 

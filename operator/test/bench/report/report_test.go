@@ -50,8 +50,10 @@ func fixture(t *testing.T, withScale bool) string {
 		Failures: []string{"flashcache #3: guest did not answer"},
 	}
 	flush := results.Flush{Command: oltp.Command, Patterns: []results.FlushPattern{
-		{Name: "sequential 1 MiB", BlockBytes: 1 << 20, DirtyBytes: 512 << 20, FlushSeconds: 5.4, FlushMBps: 95, BaselineMBps: 100, Ratio: 0.95},
-		{Name: "random 4 KiB", BlockBytes: 4 << 10, DirtyBytes: 64 << 20, FlushSeconds: 100, FlushMBps: 0.64, BaselineMBps: 1.28, Ratio: 0.5},
+		{Name: "sequential 1 MiB", BlockBytes: 1 << 20, DirtyBytes: 512 << 20, FlushSeconds: 5.4, FlushMBps: 95,
+			FlushHDDWrites: 4096, FlushHDDRequestBytes: 128 << 10, FlushHDDWritesPerSec: 758, RequestBaselineMBps: 100, Ratio: 0.95, BaselineMBps: 150, BlockRatio: 0.63},
+		{Name: "random 4 KiB", BlockBytes: 4 << 10, DirtyBytes: 64 << 20, FlushSeconds: 100, FlushMBps: 0.64,
+			FlushHDDWrites: 16384, FlushHDDRequestBytes: 4 << 10, FlushHDDWritesPerSec: 164, RequestBaselineMBps: 1.28, Ratio: 0.5, BaselineMBps: 1.28, BlockRatio: 0.5},
 	}}
 	for name, v := range map[string]any{results.OLTPFile: oltp, results.FlushFile: flush} {
 		if err := results.Write(dir, name, v); err != nil {
@@ -115,7 +117,7 @@ func TestReportTablesHaveMediansAndRatios(t *testing.T) {
 	line(t, md, "| `all-flash` (ceiling) |", "| 1100.0 (1000.0–1200.0) |", "| 1.00× |")
 	line(t, md, "make-bcache \\| every knob")
 	line(t, md, "| `flashcache` | 90.0 | 0.50 | 1.25 | 16.0 | 60 | 100 | 5.0 | 400 | 50 |")
-	line(t, md, "| sequential 1 MiB | 1 MiB | 512 | 5.4 | 95.00 | 100.00 | 0.95 |")
+	line(t, md, "| sequential 1 MiB | 512 | 5.4 | 95.00 | 4096 × 128 KiB | 758 | 100.00 | 0.95 | 150.00 | 0.63 |")
 	line(t, md, "| Host CPU | Test CPU |")
 	line(t, md, "took 2 h 02 min")
 	line(t, md, "- flashcache #3: guest did not answer")

@@ -77,7 +77,7 @@ func targets(in inputs, summaries []oltpSummary) []target {
 	if in.flush != nil {
 		for _, p := range in.flush.Patterns {
 			out = append(out, target{flushGoal + ", " + inline(p.Name),
-				fmt.Sprintf("%s (%s of %s MiB/s)", num(p.Ratio, 2), num(p.FlushMBps, 2), num(p.BaselineMBps, 2)),
+				fmt.Sprintf("%s (%s of %s MiB/s)", num(p.Ratio, 2), num(p.FlushMBps, 2), num(p.RequestBaselineMBps, 2)),
 				verdict(p.Ratio >= flushRatioTarget)})
 		}
 	}

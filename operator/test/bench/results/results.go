@@ -101,15 +101,24 @@ type OLTP struct {
 }
 
 // FlushPattern is one kind of dirty data, flushed by `flashcache node flush` and compared with
-// the backing disk written directly with the same I/O sizes.
+// the backing disk written directly: with the requests the flush itself sent (the same I/O
+// pattern, the target's measure) and with the block size the data was written in.
 type FlushPattern struct {
 	Name         string  `json:"name"`
 	BlockBytes   int64   `json:"blockBytes"`
 	DirtyBytes   int64   `json:"dirtyBytes"`
 	FlushSeconds float64 `json:"flushSeconds"`
 	FlushMBps    float64 `json:"flushMBps"`
+	// The HDD's write requests during the flush, from /sys/block/<hdd>/stat.
+	FlushHDDWrites       int64   `json:"flushHDDWrites"`
+	FlushHDDRequestBytes int64   `json:"flushHDDRequestBytes"`
+	FlushHDDWritesPerSec float64 `json:"flushHDDWritesPerSec"`
+	// The HDD written directly by fio with requests of FlushHDDRequestBytes, and Ratio against it.
+	RequestBaselineMBps float64 `json:"requestBaselineMBps"`
+	Ratio               float64 `json:"ratio"`
+	// The HDD written directly with BlockBytes requests, and the flush against that.
 	BaselineMBps float64 `json:"baselineMBps"`
-	Ratio        float64 `json:"ratio"`
+	BlockRatio   float64 `json:"blockRatio"`
 }
 
 // Flush is flush.json.

@@ -1,0 +1,162 @@
+//go:build bench
+
+package oltp
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flashcache/flashcache/operator/test/bench/results"
+)
+
+// storage is one configuration of the comparison: how to build the volume on blank disks, and
+// how its user would flush it.
+type storage struct {
+	results.Config
+	// setup builds the volume on blank disks and prints its block device on its last line.
+	setup string
+	// flushSpec, for flashcache configurations, is the spec the volume file carries.
+	flushSpec string
+	// kind chooses the dirty-data reading and the blocking flush.
+	kind storageKind
+	// afterApply runs after setup (sysfs knobs the engine does not set, for exploring one).
+	afterApply string
+}
+
+type storageKind int
+
+const (
+	uncached storageKind = iota
+	stockBcache
+	flashcache
+	lvmCache
+	lvmWritecache
+)
+
+// volumeFile is where flashcache configurations keep their spec in the guest.
+const volumeFile = "/root/bench-volume.yaml"
+
+// flashcacheSetup writes the volume file and applies it with the binary under test; the same
+// engine the agent and the Ansible role run.
+func flashcacheSetup(extra string) string {
+	return fmt.Sprintf(`cat >%[1]s <<'EOF'
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: bench}
+spec:
+  nodeName: bench
+  cacheDevice: {path: $NVME}
+  backingDevice: {path: $HDD}
+  safety: {trustWriteCache: true}
+%[2]sEOF
+sed -i "s|\$NVME|$NVME|; s|\$HDD|$HDD|" %[1]s
+flashcache node apply --config %[1]s -o json >/root/apply.json
+dev=$(python3 -c 'import json;print(json.load(open("/root/apply.json"))["volumes"][0]["status"]["device"])')
+echo /dev/${dev#/dev/}
+`, volumeFile, extra)
+}
+
+// lvmSetup makes the volume group and the data volume on the HDD, and a cache volume of the
+// same size as flashcache's cache partition (80% of the SSD, its default over-provisioning).
+func lvmSetup(convert string) string {
+	return `pvcreate -q -y -ff $HDD $NVME >/dev/null
+vgcreate -q bench $HDD $NVME >/dev/null
+lvcreate -q -y -n data -l 100%PVS bench $HDD >/dev/null
+lvcreate -q -y -n fast -l 80%PVS bench $NVME >/dev/null
+` + convert + `
+readlink -f /dev/bench/data
+`
+}
+
+// allStorages are every configuration the benchmark knows, in report order.
+func allStorages() []storage {
+	fc := func(name, desc, extra string) storage {
+		return storage{Config: results.Config{Name: name, Description: desc, Cached: true}, kind: flashcache,
+			setup: flashcacheSetup(extra), flushSpec: extra}
+	}
+	return []storage{
+		{Config: results.Config{Name: "hdd", Description: "HDD only, no cache (the floor)"}, kind: uncached, setup: "readlink -f $HDD"},
+		{Config: results.Config{Name: "all-flash", Description: "the data set directly on the NVMe (the ceiling)"}, kind: uncached, setup: "readlink -f $NVME"},
+		{Config: results.Config{Name: "bcache-stock", Description: "make-bcache --writeback on the whole SSD and HDD, every knob as bcache leaves it", Cached: true},
+			kind: stockBcache, setup: `make-bcache --writeback -C $NVME -B $HDD >/dev/null
+udevadm settle
+for d in $NVME $HDD; do echo $(readlink -f $d) >/sys/fs/bcache/register 2>/dev/null || true; done
+for i in $(seq 50); do [ -e /sys/block/$(basename $(readlink -f $HDD))/bcache/dev ] && break; sleep 0.2; done
+echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bcache/dev))
+`},
+		fc("flashcache", "flashcache's defaults (`flashcache node apply` of a spec naming only the devices)", ""),
+		fc("flashcache-flush-off", "defaults with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
+		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
+		fc("flashcache-dirty-1", "defaults with dirtyThresholdPercent 1 (writeback starts early)", "  dirtyThresholdPercent: 1\n"),
+		fc("flashcache-dirty-40", "defaults with dirtyThresholdPercent 40 (the most bcache allows)", "  dirtyThresholdPercent: 40\n"),
+		fc("flashcache-cutoff-0", "defaults with sequentialCutoff 0: the initial copy goes through the cache", "  sequentialCutoff: \"0\"\n"),
+		{Config: results.Config{Name: "lvmcache", Description: "lvmcache: dm-cache, writeback, smq, cache volume of 80% of the SSD", Cached: true},
+			kind: lvmCache, setup: lvmSetup("lvconvert -q -y --type cache --cachevol fast --cachemode writeback --cachepolicy smq bench/data >/dev/null")},
+		{Config: results.Config{Name: "dm-writecache", Description: "lvm's dm-writecache, cache volume of 80% of the SSD", Cached: true},
+			kind: lvmWritecache, setup: lvmSetup("lvchange -q -an bench/fast && lvconvert -q -y --type writecache --cachevol fast bench/data >/dev/null")},
+	}
+}
+
+// selectStorages picks configurations by name ("" for all), in report order.
+func selectStorages(names string) ([]storage, error) {
+	all := allStorages()
+	if strings.TrimSpace(names) == "" {
+		return all, nil
+	}
+	byName := map[string]storage{}
+	for _, s := range all {
+		byName[s.Name] = s
+	}
+	var out []storage
+	for _, n := range strings.Split(names, ",") {
+		s, ok := byName[strings.TrimSpace(n)]
+		if !ok {
+			var known []string
+			for _, s := range all {
+				known = append(known, s.Name)
+			}
+			return nil, fmt.Errorf("BENCH_CONFIGS: unknown configuration %q (known: %s)", n, strings.Join(known, ", "))
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// dirtyBytesScript prints the bytes the cache holds that the HDD does not have yet.
+func (s storage) dirtyBytesScript() string {
+	switch s.kind {
+	case stockBcache, flashcache:
+		return `flashcache_dirty() { python3 - "$1" <<'EOF'
+import sys
+units = {"k": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+v = open(sys.argv[1]).read().strip()
+print(int(float(v[:-1]) * units[v[-1]]) if v[-1] in units else int(v))
+EOF
+}
+flashcache_dirty /sys/block/$(basename $DEV)/bcache/dirty_data`
+	case lvmCache:
+		// dm-cache status: 0 <len> cache <md block> <md used/total> <block sectors> <used/total>
+		// <read hits> <read misses> <write hits> <write misses> <demotions> <promotions> <dirty> ...
+		return `dmsetup status bench-data | awk '{print $14 * $6 * 512}'`
+	case lvmWritecache:
+		// dm-writecache status: 0 <len> writecache <errors> <total blocks> <free blocks> <blocks under writeback> ...
+		// Blocks not free hold data not yet written back or kept for reads; 4 KiB each.
+		return `dmsetup status bench-data | awk '{print ($5 - $6) * 4096}'`
+	}
+	return "echo 0"
+}
+
+// flushScript is the blocking flush each tool offers its user, run after the workload.
+func (s storage) flushScript() string {
+	switch s.kind {
+	case stockBcache:
+		// Stock bcache has no flush command; detaching writes every dirty block back, unthrottled.
+		return `echo 1 >/sys/block/$(basename $DEV)/bcache/detach
+until grep -q 'no cache' /sys/block/$(basename $DEV)/bcache/state; do sleep 0.2; done`
+	case flashcache:
+		return "flashcache node flush --config " + volumeFile + " --timeout 30m -o json >/root/flush.json"
+	case lvmCache, lvmWritecache:
+		return "lvconvert -q -y --splitcache bench/data >/dev/null"
+	}
+	return "true"
+}
