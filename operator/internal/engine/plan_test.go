@@ -53,7 +53,7 @@ func converged(v Volume) *Observation {
 	o.Backing.Holders = []string{"bcache0"}
 	o.Knobs = map[string]string{
 		"label": v.Label(), "cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
-		"writeback_delay": "30", "writeback_running": "1", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
+		"writeback_delay": "1", "writeback_running": "1", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
 		"stop_when_cache_set_failed": "[auto] always", "io_error_limit": "64", "io_errors": "0",
 	}
 	o.StableTarget = "/dev/bcache0"

@@ -350,7 +350,7 @@ func testBuild(t *testing.T, g *guest) {
 	// Tunables read back as set.
 	bc := "/sys/block/" + st.Device + "/bcache/"
 	for file, want := range map[string]string{
-		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "4.0M", "writeback_delay": "30", "label": "fc-vol-a",
+		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "4.0M", "writeback_delay": "1", "label": "fc-vol-a",
 	} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)
