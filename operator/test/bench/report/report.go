@@ -465,8 +465,11 @@ func size(bytes int64) string {
 		return fmt.Sprintf("%d MiB", bytes>>20)
 	case bytes%(1<<10) == 0:
 		return fmt.Sprintf("%d KiB", bytes>>10)
+	case bytes < 1<<10:
+		return fmt.Sprintf("%d B", bytes)
 	}
-	return fmt.Sprintf("%d B", bytes)
+	// An average request size: a decimal is enough.
+	return fmt.Sprintf("%.1f KiB", float64(bytes)/(1<<10))
 }
 
 func duration(secs float64) string {
