@@ -256,7 +256,9 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 	if err != nil {
 		return run, fmt.Errorf("dirty data: %w", err)
 	}
-	fmt.Sscan(dirty, &run.DirtyBytesAfter)
+	if _, err := fmt.Sscan(dirty, &run.DirtyBytesAfter); err != nil {
+		return run, fmt.Errorf("dirty data %q: %w", dirty, err)
+	}
 	flushCtx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	start = time.Now()
@@ -269,8 +271,10 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 
 // resetDisks takes down whatever the previous configuration built and leaves both disks blank,
 // the SSD discarded: every configuration starts with a cold cache. Nothing is flushed; the data
-// set is copied afresh each time.
-const resetDisks = `systemctl stop mariadb 2>/dev/null || true
+// set is copied afresh each time. A run that failed half way may have left its time-based
+// flush running.
+const resetDisks = `[ -f /run/bench-flush-loop.pid ] && kill $(cat /run/bench-flush-loop.pid) 2>/dev/null; rm -f /run/bench-flush-loop.pid
+systemctl stop mariadb 2>/dev/null || true
 umount /mnt/db 2>/dev/null || true
 vgremove -q -ff -y bench >/dev/null 2>&1 || true
 for f in /sys/block/bcache*/bcache/stop; do [ -e "$f" ] && echo 1 >"$f"; done
