@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -58,10 +57,11 @@ func TestFlushEfficiency(t *testing.T) {
 		}
 		out := g.must(fmt.Sprintf("fio --name=baseline --filename=$HDD --direct=1 --ioengine=libaio --output-format=json --rw=%s --bs=%d --size=2G --iodepth=32 --time_based --runtime=%d",
 			rw, block, baselineSeconds))
-		bw, err := fioWriteBandwidth(out)
+		fio, err := results.ParseFio([]byte(out))
 		if err != nil {
 			t.Fatal(err)
 		}
+		bw := fio.WriteBytesPerSec
 		t.Logf("HDD written directly, %s of %s: %.2f MiB/s", rw, size(block), bw/(1<<20))
 		baselines[key] = bw
 		return bw
@@ -127,24 +127,6 @@ func TestFlushEfficiency(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("results in %s", filepath.Join(out, results.FlushFile))
-}
-
-// fioWriteBandwidth is the write bandwidth, bytes per second, of fio's JSON output.
-func fioWriteBandwidth(out string) (float64, error) {
-	if i := strings.IndexByte(out, '{'); i > 0 {
-		out = out[i:]
-	}
-	var doc struct {
-		Jobs []struct {
-			Write struct {
-				BWBytes float64 `json:"bw_bytes"`
-			} `json:"write"`
-		} `json:"jobs"`
-	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Jobs) != 1 {
-		return 0, fmt.Errorf("fio output (%v): %.300s", err, out)
-	}
-	return doc.Jobs[0].Write.BWBytes, nil
 }
 
 // size prints a request size the way people say it (4 KiB, 1 MiB, 132 KiB).

@@ -52,6 +52,7 @@ func ParseSysbench(out string) (Sysbench, error) {
 type Fio struct {
 	ReadIOPS, WriteIOPS float64
 	ReadP95Ms           float64
+	WriteBytesPerSec    float64
 }
 
 // ParseFio reads `fio --output-format=json` with one job.
@@ -73,12 +74,14 @@ func ParseFio(out []byte) (Fio, error) {
 		return Fio{}, fmt.Errorf("fio output: want one job, have %d", len(doc.Jobs))
 	}
 	j := doc.Jobs[0]
-	return Fio{ReadIOPS: j.Read.IOPS, WriteIOPS: j.Write.IOPS, ReadP95Ms: j.Read.Clat.Percentile["95.000000"] / 1e6}, nil
+	return Fio{ReadIOPS: j.Read.IOPS, WriteIOPS: j.Write.IOPS, ReadP95Ms: j.Read.Clat.Percentile["95.000000"] / 1e6,
+		WriteBytesPerSec: j.Write.BWBytes}, nil
 }
 
 type fioSide struct {
-	IOPS float64 `json:"iops"`
-	Clat struct {
+	IOPS    float64 `json:"iops"`
+	BWBytes float64 `json:"bw_bytes"`
+	Clat    struct {
 		Percentile map[string]float64 `json:"percentile"`
 	} `json:"clat_ns"`
 }

@@ -50,12 +50,12 @@ func TestParseSysbenchReadsIntervalsAndSummary(t *testing.T) {
 
 func TestParseFioSkipsWarningsBeforeTheDocument(t *testing.T) {
 	out := []byte(`fio: note: both iodepth >= 1 and synchronous I/O engine are selected
-{"jobs":[{"read":{"iops":151.5,"clat_ns":{"percentile":{"95.000000":12500000}}},"write":{"iops":64.2}}]}`)
+{"jobs":[{"read":{"iops":151.5,"clat_ns":{"percentile":{"95.000000":12500000}}},"write":{"iops":64.2,"bw_bytes":1052000}}]}`)
 	f, err := ParseFio(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.ReadIOPS != 151.5 || f.WriteIOPS != 64.2 || f.ReadP95Ms != 12.5 {
+	if f.ReadIOPS != 151.5 || f.WriteIOPS != 64.2 || f.ReadP95Ms != 12.5 || f.WriteBytesPerSec != 1052000 {
 		t.Errorf("%+v", f)
 	}
 	if _, err := ParseFio([]byte(`{"jobs":[]}`)); err == nil {
