@@ -262,6 +262,15 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('0')) >= 0 && quantity(string(self)).compareTo(quantity('1Gi')) <= 0",message="sequentialCutoff must be a whole number of bytes from 0 to 1Gi"
 	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
 
+	// cacheSequentialUntilFull caches sequential I/O as well while more than 10% of the cache
+	// device is unused, so that a restore or first load lands on the SSD instead of warming it
+	// at the backing disk's random-read rate; once the cache has filled, sequentialCutoff keeps
+	// backups and large copies from evicting the working set. false applies sequentialCutoff
+	// from the start.
+	// +optional
+	// +kubebuilder:default=true
+	CacheSequentialUntilFull *bool `json:"cacheSequentialUntilFull,omitempty"`
+
 	// replacementPolicy is how bcache chooses buckets to evict.
 	// +optional
 	// +kubebuilder:default=lru

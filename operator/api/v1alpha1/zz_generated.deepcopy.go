@@ -173,6 +173,11 @@ func (in *FlashCacheVolumeSpec) DeepCopyInto(out *FlashCacheVolumeSpec) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.CacheSequentialUntilFull != nil {
+		in, out := &in.CacheSequentialUntilFull, &out.CacheSequentialUntilFull
+		*out = new(bool)
+		**out = **in
+	}
 	out.Volume = in.Volume
 	in.Safety.DeepCopyInto(&out.Safety)
 	if in.Wipe != nil {

@@ -97,6 +97,23 @@ func ParseHumanSize(s string) (int64, error) {
 	return int64(v * float64(mult)), nil
 }
 
+// ParseUnusedPercent reads the "Unused:" line of a cache device's priority_stats: the share of
+// its buckets that hold no data. bcache counts a bucket as used from the moment it is allocated.
+func ParseUnusedPercent(priorityStats string) (int, error) {
+	for _, line := range strings.Split(priorityStats, "\n") {
+		name, value, ok := strings.Cut(line, ":")
+		if !ok || strings.TrimSpace(name) != "Unused" {
+			continue
+		}
+		percent, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(value), "%"))
+		if err != nil || percent < 0 || percent > 100 {
+			return 0, fmt.Errorf("priority_stats: Unused %q is not a percentage", strings.TrimSpace(value))
+		}
+		return percent, nil
+	}
+	return 0, fmt.Errorf("priority_stats has no Unused line")
+}
+
 // Signature is one thing wipefs finds on a device: a filesystem, a partition table, LVM, bcache.
 type Signature struct {
 	Type   string `json:"type"`

@@ -170,3 +170,16 @@ func TestParseSfdiskFirstName(t *testing.T) {
 		t.Error("garbage accepted")
 	}
 }
+
+func TestParseUnusedPercent(t *testing.T) {
+	// As a 5.10-6.x kernel prints it, with tabs.
+	stats := "Unused:\t\t62%\nClean:\t\t0%\nDirty:\t\t37%\nMetadata:\t0%\nAverage:\t188\nSectors per Q:\t99968\nQuantiles:\t[5 17 29]\n"
+	if got, err := ParseUnusedPercent(stats); err != nil || got != 62 {
+		t.Errorf("ParseUnusedPercent = %d, %v; want 62", got, err)
+	}
+	for _, bad := range []string{"", "Clean:\t\t0%\n", "Unused:\t\tmany\n", "Unused:\t\t140%\n"} {
+		if got, err := ParseUnusedPercent(bad); err == nil {
+			t.Errorf("ParseUnusedPercent(%q) = %d, want an error", bad, got)
+		}
+	}
+}

@@ -41,6 +41,9 @@ type Observation struct {
 	Knobs map[string]string
 	// CacheKnobs are the cache device's tunables (replacement policy).
 	CacheKnobs map[string]string
+	// CacheUnusedPercent is the share of the registered cache device that holds no data; -1
+	// when it is not registered or bcache did not say.
+	CacheUnusedPercent int
 	// StableTarget is where the volume's stable link points now ("" when it does not exist).
 	StableTarget string
 }
@@ -68,7 +71,7 @@ func backingKnobValues(reg *blockdev.BackingRegistration) map[string]string {
 
 // Observe reads what the kernel and the disks say about the volume's devices.
 func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
-	o := &Observation{}
+	o := &Observation{CacheUnusedPercent: -1}
 	var err error
 	if o.RootDisks, err = blockdev.RootDisks(); err != nil {
 		return nil, err
@@ -134,6 +137,11 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 			for _, k := range cacheKnobs {
 				if val, err := blockdev.Knob(dir, k); err == nil {
 					o.CacheKnobs[k] = val
+				}
+			}
+			if stats, err := blockdev.Knob(dir, "priority_stats"); err == nil {
+				if unused, err := blockdev.ParseUnusedPercent(stats); err == nil {
+					o.CacheUnusedPercent = unused
 				}
 			}
 		}

@@ -250,7 +250,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	}
 
 	// Tunables, compared with what the kernel reports.
-	for _, t := range tunables(v, want) {
+	for _, t := range tunables(v, want, o.CacheUnusedPercent) {
 		have := o.Knobs[t.name]
 		if o.BackingReg == nil || !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
@@ -354,8 +354,28 @@ type tunable struct {
 	matches     func(have string) bool
 }
 
-// tunables are the backing device's knobs as the spec wants them.
-func tunables(v Volume, want Desired) []tunable {
+// fillUntilUnusedPercent is how much of the cache device must still be unused for sequential I/O
+// to be cached when the spec says cacheSequentialUntilFull. bcache counts a bucket as used once
+// allocated, so this tracks the fill, and the cutoff applies before the working set is crowded.
+const fillUntilUnusedPercent = 10
+
+// effectiveSequentialCutoff is the sequential cutoff the volume should have now: 0 while the
+// cache is filling (cacheUnusedPercent of -1 means unknown, and then the spec's cutoff holds).
+func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int) int64 {
+	cutoff := int64(4 << 20)
+	if v.Spec.SequentialCutoff != nil {
+		cutoff = v.Spec.SequentialCutoff.Value()
+	}
+	fill := v.Spec.CacheSequentialUntilFull == nil || *v.Spec.CacheSequentialUntilFull
+	if fill && cacheUnusedPercent > fillUntilUnusedPercent {
+		return 0
+	}
+	return cutoff
+}
+
+// tunables are the backing device's knobs as the spec wants them, given how much of the cache
+// device is still unused.
+func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
 	mode := string(v.Mode())
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
@@ -364,10 +384,7 @@ func tunables(v Volume, want Desired) []tunable {
 	if v.Spec.DirtyThresholdPercent != nil {
 		percent = *v.Spec.DirtyThresholdPercent
 	}
-	cutoff := int64(4 << 20)
-	if v.Spec.SequentialCutoff != nil {
-		cutoff = v.Spec.SequentialCutoff.Value()
-	}
+	cutoff := effectiveSequentialCutoff(v, cacheUnusedPercent)
 	return []tunable{
 		{"label", v.Label(), exact(v.Label())},
 		{"cache_mode", mode, choice(mode)},

@@ -30,9 +30,10 @@ func testVolume() Volume {
 // blankDisks is a host with an empty 4 GiB NVMe and an empty 8 GiB HDD, root on vda.
 func blankDisks() *Observation {
 	return &Observation{
-		RootDisks: []string{"vda"},
-		Cache:     blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30},
-		Backing:   blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true},
+		CacheUnusedPercent: -1,
+		RootDisks:          []string{"vda"},
+		Cache:              blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30},
+		Backing:            blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true},
 	}
 }
 
@@ -47,6 +48,7 @@ func converged(v Volume) *Observation {
 	o.CacheSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "3 [cache device]", "cset.uuid": "set-1", "dev.uuid": "c-1"}}
 	o.CacheReg = &blockdev.CacheRegistration{SetUUID: "set-1"}
 	o.CacheKnobs = map[string]string{"cache_replacement_policy": "[lru] fifo random", "set/errors": "[unregister] panic", "set/io_error_limit": "8"}
+	o.CacheUnusedPercent = 3 // a cache in use is full: bcache keeps clean data until it needs the room
 	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
 	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
 	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/sda/bcache", Device: "bcache0", AttachedSet: "set-1"}
@@ -117,6 +119,47 @@ func TestPlanSetsOnlyDriftedTunables(t *testing.T) {
 	}
 	if steps[0].From != "40" || steps[0].Value != "10" || steps[1].Value != "4194304" {
 		t.Errorf("tunable steps = %+v", steps[:2])
+	}
+}
+
+func TestPlanCachesSequentialIOWhileTheCacheFills(t *testing.T) {
+	v := testVolume()
+	cutoffAt := func(v Volume, unused int, have string) string {
+		t.Helper()
+		o := converged(v)
+		o.CacheUnusedPercent = unused
+		o.Knobs["sequential_cutoff"] = have
+		steps, err := Plan(v, o, Desired{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(steps) == 0 {
+			return "kept " + have
+		}
+		if len(steps) != 1 || steps[0].Tunable != "sequential_cutoff" {
+			t.Fatalf("steps = %s", kinds(steps))
+		}
+		return "set " + steps[0].Value
+	}
+	// A new, empty cache takes everything, so a restore lands on the SSD.
+	if got := cutoffAt(v, 99, "4.0M"); got != "set 0" {
+		t.Errorf("empty cache: %s, want set 0", got)
+	}
+	if got := cutoffAt(v, 11, "0.0k"); got != "kept 0.0k" {
+		t.Errorf("cache 89%% used: %s, want kept 0.0k", got)
+	}
+	// Filled: the spec's cutoff protects the working set from backups and large copies.
+	if got := cutoffAt(v, 10, "0.0k"); got != "set 4194304" {
+		t.Errorf("cache 90%% used: %s, want set 4194304", got)
+	}
+	// Unknown (bcache did not say) is not taken for empty.
+	if got := cutoffAt(v, -1, "0.0k"); got != "set 4194304" {
+		t.Errorf("unknown fill: %s, want set 4194304", got)
+	}
+	off := false
+	v.Spec.CacheSequentialUntilFull = &off
+	if got := cutoffAt(v, 99, "0.0k"); got != "set 4194304" {
+		t.Errorf("cacheSequentialUntilFull false, empty cache: %s, want set 4194304", got)
 	}
 }
 

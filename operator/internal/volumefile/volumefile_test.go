@@ -38,7 +38,8 @@ func TestReadAppliesTheCRDDefaults(t *testing.T) {
 	}
 	a := vols[0].Spec
 	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 10 ||
-		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" {
+		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" ||
+		a.CacheSequentialUntilFull == nil || !*a.CacheSequentialUntilFull {
 		t.Errorf("defaults not applied: %+v", a)
 	}
 	if b := vols[1].Spec; *b.CacheDevice.OverProvisionPercent != 30 || b.Mode != "writethrough" || !b.SequentialCutoff.IsZero() || *b.DirtyThresholdPercent != 25 {

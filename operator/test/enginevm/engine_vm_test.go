@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
@@ -62,6 +63,7 @@ type report struct {
 		Steps    []struct {
 			Kind    string `json:"kind"`
 			Tunable string `json:"tunable"`
+			Value   string `json:"value"`
 		} `json:"steps"`
 		Status *struct {
 			Device        string `json:"device"`
@@ -232,6 +234,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"BuildFromBlankDisksLeavesSpareAreaAndSetsTunables", testBuild},
 		{"SecondApplyChangesNothing", testIdempotent},
 		{"SpecChangesReachTheKernel", testTunableChanges},
+		{"SequentialIOIsCachedUntilTheCacheFills", testSequentialCutoffOnceFull},
 		{"FlushLeavesEveryByteOnTheBackingDisk", testFlushIntegrity},
 		{"FlushPassRestoresTheConfiguredMode", testFlushPass},
 		{"CheckJudgesTheDevicesAndWritesOnlyScratch", testCheck},
@@ -350,7 +353,8 @@ func testBuild(t *testing.T, g *guest) {
 	// Tunables read back as set.
 	bc := "/sys/block/" + st.Device + "/bcache/"
 	for file, want := range map[string]string{
-		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "4.0M", "writeback_delay": "1", "label": "fc-vol-a",
+		// The cutoff is 0 while the new cache fills (cacheSequentialUntilFull).
+		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
 	} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)
@@ -381,7 +385,7 @@ func testIdempotent(t *testing.T, g *guest) {
 func testTunableChanges(t *testing.T, g *guest) {
 	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID(), hddA.ByID(),
 		"  safety: {trustWriteCache: true, disableBackingWriteCache: true}\n"+
-			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 0\n  replacementPolicy: fifo\n  mode: writearound\n")
+			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 1Mi\n  cacheSequentialUntilFull: false\n  replacementPolicy: fifo\n  mode: writearound\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
 	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache" {
 		t.Errorf("plan = %q", plan.stepKinds())
@@ -391,7 +395,7 @@ func testTunableChanges(t *testing.T, g *guest) {
 	}
 	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
 	bc := "/sys/block/" + dev + "/bcache/"
-	for file, want := range map[string]string{"cache_mode": "[writearound]", "writeback_percent": "25", "sequential_cutoff": "0.0k"} {
+	for file, want := range map[string]string{"cache_mode": "[writearound]", "writeback_percent": "25", "sequential_cutoff": "1.0M"} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)
 		}
@@ -408,6 +412,58 @@ func testTunableChanges(t *testing.T, g *guest) {
 	// Back to the defaults for the next steps.
 	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+}
+
+// testSequentialCutoffOnceFull reads the volume through in one sequential stream: the new cache
+// takes it, and once the cache has filled, the next apply sets the spec's cutoff, after which a
+// stream goes around the cache.
+func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	unused := func() int {
+		t.Helper()
+		percent, err := blockdev.ParseUnusedPercent(g.sh(t, "cat /sys/class/block/"+g.kernelName(t, cacheA)+"p1/bcache/priority_stats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return percent
+	}
+	// Reads that went around the cache, counted in requests (the 1 MiB reads below). bcache's
+	// "bypassed" byte count is not used: 6.1 reports 29 MiB for a 256 MiB stream.
+	bypassedReads := func() int64 { t.Helper(); return g.sysfsInt(t, bc+"stats_total/cache_bypass_misses") }
+	if got := g.sh(t, "cat "+bc+"sequential_cutoff"); got != "0.0k" || unused() <= 10 {
+		t.Fatalf("before the fill: sequential_cutoff %q with %d%% of the cache unused, want 0.0k and over 10%%", got, unused())
+	}
+	partMiB := g.sysfsInt(t, "/sys/class/block/"+g.kernelName(t, cacheA)+"p1/size") / 2048
+	before := bypassedReads()
+	g.sh(t, fmt.Sprintf("dd if=/dev/flashcache/vol-a of=/dev/null bs=1M count=%d iflag=direct status=none", partMiB))
+	left := unused()
+	time.Sleep(15 * time.Second) // bcache folds its counters into stats_total every 13.6 s
+	t.Logf("read %d MiB, the size of the cache partition, in one stream: %d%% of the cache unused, %d reads bypassed",
+		partMiB, left, bypassedReads()-before)
+	if left > 10 || bypassedReads()-before > 64 {
+		t.Fatalf("the stream did not fill the cache: %d%% unused, %d reads bypassed", left, bypassedReads()-before)
+	}
+	r, code, stderr := g.node(t, "apply", "a.yaml")
+	if code != 0 || r.stepKinds() != "set-tunable" || r.Volumes[0].Steps[0].Tunable != "sequential_cutoff" || r.Volumes[0].Steps[0].Value != "4194304" {
+		t.Fatalf("apply on a full cache: exit %d, steps %s, want the cutoff set to 4 MiB\n%s", code, r, stderr)
+	}
+	if got := g.sh(t, "cat "+bc+"sequential_cutoff"); got != "4.0M" {
+		t.Fatalf("sequential_cutoff = %q after the cache filled, want 4.0M", got)
+	}
+	before = bypassedReads()
+	g.sh(t, fmt.Sprintf("dd if=/dev/flashcache/vol-a of=/dev/null bs=1M skip=%d count=256 iflag=direct status=none", partMiB))
+	// bcache folds its counters into stats_total every 13.6 s (accounting_delay).
+	n := bypassedReads() - before
+	for deadline := time.Now().Add(30 * time.Second); n < 200 && time.Now().Before(deadline); n = bypassedReads() - before {
+		time.Sleep(2 * time.Second)
+	}
+	if n < 200 {
+		t.Errorf("a stream of 256 reads of 1 MiB on a full cache bypassed it %d times, want most", n)
+	}
+	if r, _, _ := g.node(t, "apply", "a.yaml"); r.Changed {
+		t.Errorf("apply on a full cache changed %s", r.stepKinds())
 	}
 }
 

@@ -122,6 +122,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: cacheDevice
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec
+    - name: cacheSequentialUntilFull
+      type:
+        scalar: boolean
+      default: true
     - name: deletionPolicy
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.DeletionPolicy

@@ -30,6 +30,12 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	FlushPeriod *v1.Duration `json:"flushPeriod,omitempty"`
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
 	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
+	// cacheSequentialUntilFull caches sequential I/O as well while more than 10% of the cache
+	// device is unused, so that a restore or first load lands on the SSD instead of warming it
+	// at the backing disk's random-read rate; once the cache has filled, sequentialCutoff keeps
+	// backups and large copies from evicting the working set. false applies sequentialCutoff
+	// from the start.
+	CacheSequentialUntilFull *bool `json:"cacheSequentialUntilFull,omitempty"`
 	// replacementPolicy is how bcache chooses buckets to evict.
 	ReplacementPolicy *apiv1alpha1.ReplacementPolicy `json:"replacementPolicy,omitempty"`
 	// volume says how the device is offered as a PersistentVolume.
@@ -103,6 +109,14 @@ func (b *FlashCacheVolumeSpecApplyConfiguration) WithFlushPeriod(value v1.Durati
 // If called multiple times, the SequentialCutoff field is set to the value of the last call.
 func (b *FlashCacheVolumeSpecApplyConfiguration) WithSequentialCutoff(value resource.Quantity) *FlashCacheVolumeSpecApplyConfiguration {
 	b.SequentialCutoff = &value
+	return b
+}
+
+// WithCacheSequentialUntilFull sets the CacheSequentialUntilFull field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CacheSequentialUntilFull field is set to the value of the last call.
+func (b *FlashCacheVolumeSpecApplyConfiguration) WithCacheSequentialUntilFull(value bool) *FlashCacheVolumeSpecApplyConfiguration {
+	b.CacheSequentialUntilFull = &value
 	return b
 }
 
