@@ -88,7 +88,7 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 		fc("flashcache-flush-off", "defaults with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
 		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
 		fc("flashcache-dirty-1", "defaults with dirtyThresholdPercent 1 (writeback starts early)", "  dirtyThresholdPercent: 1\n"),
-		fc("flashcache-dirty-40", "defaults with dirtyThresholdPercent 40 (the most bcache allows)", "  dirtyThresholdPercent: 40\n"),
+		fc("flashcache-dirty-10", "defaults with dirtyThresholdPercent 10 (bcache's default, and the old one)", "  dirtyThresholdPercent: 10\n"),
 		fc("flashcache-cutoff-4m", "cacheSequentialUntilFull false: the 4 MiB cutoff from the start, so the initial copy goes around the cache (the old default)",
 			"  cacheSequentialUntilFull: false\n"),
 		{Config: results.Config{Name: "lvmcache", Description: "lvmcache: dm-cache, writeback, smq, cache volume of 80% of the SSD", Cached: true},
