@@ -19,6 +19,10 @@ const (
 	CacheModeWritearound CacheMode = "writearound"
 )
 
+// DefaultDirtyThresholdPercent is dirtyThresholdPercent when the spec leaves it out; it must
+// match the field's +kubebuilder:default, which the API server and the volume file apply.
+const DefaultDirtyThresholdPercent int32 = 40
+
 // ReplacementPolicy is bcache's cache_replacement_policy.
 // +kubebuilder:validation:Enum=lru;fifo;random
 type ReplacementPolicy string
@@ -239,9 +243,11 @@ type FlashCacheVolumeSpec struct {
 	Mode CacheMode `json:"mode,omitempty"`
 
 	// dirtyThresholdPercent is the share of the cache that may hold dirty data before writeback
-	// speeds up (bcache writeback_percent).
+	// speeds up (bcache writeback_percent). The default is 40, not bcache's 10: above the
+	// threshold bcache writes back at full rate and passes every commit's flush to the backing
+	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
 	// +optional
-	// +kubebuilder:default=10
+	// +kubebuilder:default=40
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=40
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`

@@ -186,7 +186,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 	}{
 		{"cacheDevice.overProvisionPercent", deref(s.CacheDevice.OverProvisionPercent), int32(20)},
 		{"mode", s.Mode, fcv1.CacheModeWriteback},
-		{"dirtyThresholdPercent", deref(s.DirtyThresholdPercent), int32(10)},
+		{"dirtyThresholdPercent", deref(s.DirtyThresholdPercent), fcv1.DefaultDirtyThresholdPercent},
 		{"flushPeriod", s.FlushPeriod.Duration.String(), "5m0s"},
 		{"sequentialCutoff", s.SequentialCutoff.String(), "4Mi"},
 		{"replacementPolicy", s.ReplacementPolicy, fcv1.ReplacementPolicyLRU},

@@ -380,7 +380,7 @@ func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}
-	percent := int32(10)
+	percent := fcv1.DefaultDirtyThresholdPercent
 	if v.Spec.DirtyThresholdPercent != nil {
 		percent = *v.Spec.DirtyThresholdPercent
 	}

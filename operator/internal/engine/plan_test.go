@@ -122,6 +122,20 @@ func TestPlanSetsOnlyDriftedTunables(t *testing.T) {
 	}
 }
 
+func TestPlanUsesTheDefaultDirtyThresholdWhenUnset(t *testing.T) {
+	v := testVolume()
+	v.Spec.DirtyThresholdPercent = nil
+	o := converged(v)
+	o.Knobs["writeback_percent"] = "10"
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); got != "set-tunable:writeback_percent" || steps[0].Value != "40" {
+		t.Errorf("steps = %+v, want writeback_percent set to 40", steps)
+	}
+}
+
 func TestPlanCachesSequentialIOWhileTheCacheFills(t *testing.T) {
 	v := testVolume()
 	cutoffAt := func(v Volume, unused int, have string) string {

@@ -37,7 +37,7 @@ func TestReadAppliesTheCRDDefaults(t *testing.T) {
 		t.Fatalf("volumes = %+v", vols)
 	}
 	a := vols[0].Spec
-	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 10 ||
+	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 40 ||
 		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" ||
 		a.CacheSequentialUntilFull == nil || !*a.CacheSequentialUntilFull {
 		t.Errorf("defaults not applied: %+v", a)

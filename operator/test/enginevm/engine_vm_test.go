@@ -354,7 +354,7 @@ func testBuild(t *testing.T, g *guest) {
 	bc := "/sys/block/" + st.Device + "/bcache/"
 	for file, want := range map[string]string{
 		// The cutoff is 0 while the new cache fills (cacheSequentialUntilFull).
-		"cache_mode": "[writeback]", "writeback_percent": "10", "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
+		"cache_mode": "[writeback]", "writeback_percent": "40", "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
 	} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)

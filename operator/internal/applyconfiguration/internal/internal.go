@@ -133,7 +133,7 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: dirtyThresholdPercent
       type:
         scalar: numeric
-      default: 10
+      default: 40
     - name: flushPeriod
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration

@@ -23,7 +23,9 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// (or policy is Warn); drains hold the volume in writethrough while they flush.
 	Mode *apiv1alpha1.CacheMode `json:"mode,omitempty"`
 	// dirtyThresholdPercent is the share of the cache that may hold dirty data before writeback
-	// speeds up (bcache writeback_percent).
+	// speeds up (bcache writeback_percent). The default is 40, not bcache's 10: above the
+	// threshold bcache writes back at full rate and passes every commit's flush to the backing
+	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
 	// flushPeriod is the longest dirty data may stay on the cache device only: at least this
 	// often the agent runs an unthrottled writeback pass. 0s turns time-based flushing off.
