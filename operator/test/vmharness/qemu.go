@@ -174,6 +174,8 @@ type qemuConfig struct {
 	memoryMiB, cpus         int
 	sshPort                 int
 	consoleLog              string
+	shares                  []Share
+	tap                     string
 }
 
 // qemuArgs builds the command line. -no-reboot turns a guest reboot into a QEMU exit, which the
@@ -201,6 +203,17 @@ func qemuArgs(c qemuConfig) []string {
 		"-device", "virtio-net-pci,netdev=net0",
 		// Entropy right away, so sshd and the kernel's RNG do not wait at boot.
 		"-device", "virtio-rng-pci",
+	}
+	if c.tap != "" {
+		args = append(args,
+			"-netdev", "tap,id=net1,script=no,downscript=no,ifname="+escapeOpt(c.tap),
+			"-device", "virtio-net-pci,netdev=net1,mac="+TapMAC)
+	}
+	for i, s := range c.shares {
+		// security_model=none: the guest sees the host's owners and modes, and readonly keeps
+		// the guest from changing the host's files.
+		args = append(args, "-virtfs", fmt.Sprintf("local,id=share%d,path=%s,mount_tag=%s,security_model=none,readonly=on",
+			i, escapeOpt(s.Path), escapeOpt(s.Tag)))
 	}
 	scsi := false
 	for i, d := range c.disks {

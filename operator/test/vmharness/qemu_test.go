@@ -168,7 +168,26 @@ func TestByIDNamesFollowUdev(t *testing.T) {
 }
 
 func TestShellQuote(t *testing.T) {
-	if got := shellQuote("it's"); got != `'it'\''s'` {
+	if got := ShellQuote("it's"); got != `'it'\''s'` {
 		t.Error(got)
+	}
+}
+
+func TestQemuArgsShareFoldersAndAddTheTapCard(t *testing.T) {
+	args := qemuArgs(qemuConfig{kernel: "k", initrd: "i", cmdline: "c", rootDisk: "/r.qcow2", memoryMiB: 2048, cpus: 2,
+		sshPort: 2222, consoleLog: "/c.log", tap: "fcdemo0", shares: []Share{{Tag: "bin", Path: "/cache/a,b"}}})
+	joined := strings.Join(args, " ")
+	for _, want := range []string{
+		"-netdev tap,id=net1,script=no,downscript=no,ifname=fcdemo0",
+		"-device virtio-net-pci,netdev=net1,mac=" + TapMAC,
+		"-virtfs local,id=share0,path=/cache/a,,b,mount_tag=bin,security_model=none,readonly=on",
+		"hostfwd=tcp:127.0.0.1:2222-:22",
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("args lack %q:\n%s", want, joined)
+		}
+	}
+	if plain := strings.Join(qemuArgs(qemuConfig{sshPort: 2222}), " "); strings.Contains(plain, "tap") || strings.Contains(plain, "virtfs") {
+		t.Errorf("a VM without a tap or shares got them:\n%s", plain)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"strings"
 
 	"golang.org/x/crypto/ssh"
@@ -43,7 +44,7 @@ func (vm *VM) CopyFile(ctx context.Context, localPath, remotePath string, mode o
 	defer f.Close()
 	tmp := remotePath + ".vmharness-tmp"
 	cmd := fmt.Sprintf("cat >%s && chmod %04o %s && mv -f %s %s",
-		shellQuote(tmp), mode.Perm(), shellQuote(tmp), shellQuote(tmp), shellQuote(remotePath))
+		ShellQuote(tmp), mode.Perm(), ShellQuote(tmp), ShellQuote(tmp), ShellQuote(remotePath))
 	var errOut bytes.Buffer
 	code, err := vm.run(ctx, cmd, f, io.Discard, &errOut)
 	if err != nil {
@@ -91,8 +92,24 @@ func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stde
 	}
 }
 
-// shellQuote quotes s for a POSIX shell.
-func shellQuote(s string) string {
+// WriteFile writes data to a file in the guest, as CopyFile does for a host file.
+func (vm *VM) WriteFile(ctx context.Context, remotePath string, data []byte, mode os.FileMode) error {
+	tmp := remotePath + ".vmharness-tmp"
+	cmd := fmt.Sprintf("mkdir -p %s && cat >%s && chmod %04o %s && mv -f %s %s", ShellQuote(path.Dir(remotePath)),
+		ShellQuote(tmp), mode.Perm(), ShellQuote(tmp), ShellQuote(tmp), ShellQuote(remotePath))
+	var errOut bytes.Buffer
+	code, err := vm.run(ctx, cmd, bytes.NewReader(data), io.Discard, &errOut)
+	if err != nil {
+		return fmt.Errorf("vmharness: write %s: %w", remotePath, err)
+	}
+	if code != 0 {
+		return fmt.Errorf("vmharness: write %s: exit %d: %s", remotePath, code, strings.TrimSpace(errOut.String()))
+	}
+	return nil
+}
+
+// ShellQuote quotes s for a POSIX shell.
+func ShellQuote(s string) string {
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 

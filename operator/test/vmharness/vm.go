@@ -38,12 +38,29 @@ type Options struct {
 	// MemoryMiB defaults to 2048, CPUs to 2.
 	MemoryMiB int
 	CPUs      int
+	// Shares are host folders the guest can mount read-only over 9p (virtio), for files too
+	// large to copy over SSH at every boot: binaries, image tarballs.
+	Shares []Share
+	// Tap, when set, is the name of an existing tap interface that becomes the guest's second
+	// network card (eth1, MAC TapMAC): a network the host can route to, unlike user networking.
+	// The caller creates the tap and configures the guest's address on it.
+	Tap string
 	// BootTimeout bounds each boot from QEMU start to SSH ready; default 5 minutes, generous
 	// because TCG on a busy CI machine can be several times slower than the usual 15 s.
 	BootTimeout time.Duration
 	// Logf, when set, receives progress (boot, reboot, timings); t.Logf fits.
 	Logf func(format string, args ...any)
 }
+
+// Share is a host folder exported to the guest over 9p; the guest mounts it with
+// `mount -t 9p -o trans=virtio,version=9p2000.L,ro <Tag> <dir>`.
+type Share struct {
+	Tag  string
+	Path string
+}
+
+// TapMAC is the guest's MAC address on Options.Tap, so the guest can name the card by it.
+const TapMAC = "52:54:00:fc:00:02"
 
 // VM is a running (or stopped, after Kill or Shutdown) QEMU guest. Its methods may be called
 // from several goroutines.
@@ -286,6 +303,8 @@ func (vm *VM) launch() error {
 		cpus:       vm.opts.CPUs,
 		sshPort:    port,
 		consoleLog: vm.console,
+		shares:     vm.opts.Shares,
+		tap:        vm.opts.Tap,
 	})
 	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
 	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {

@@ -109,7 +109,7 @@ func TestVolatileDiskCaches(t *testing.T) {
 	intact := func(t *testing.T, r region) int {
 		t.Helper()
 		out := run(t, fmt.Sprintf("dd if=%s bs=1M skip=%d count=%d iflag=direct status=none | python3 -c %s",
-			r.disk.ByID(), r.offMiB, regionMiB, shellQuote(fmt.Sprintf(
+			r.disk.ByID(), r.offMiB, regionMiB, vmharness.ShellQuote(fmt.Sprintf(
 				"import random,sys; w=random.Random(%d).randbytes(%d); g=sys.stdin.buffer.read(); "+
 					"print(sum(g[i:i+4096]==w[i:i+4096] for i in range(0,len(w),4096)))", r.seed, regionMiB<<20))))
 		n, err := strconv.Atoi(out)
@@ -242,11 +242,9 @@ const regionMiB = 4
 
 // pattern is a guest command printing regionMiB MiB of pseudo-random data determined by seed.
 func pattern(seed int) string {
-	return "python3 -c " + shellQuote(fmt.Sprintf(
+	return "python3 -c " + vmharness.ShellQuote(fmt.Sprintf(
 		"import random,sys; sys.stdout.buffer.write(random.Random(%d).randbytes(%d))", seed, regionMiB<<20))
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 type syncLatency struct {
 	n                   int

@@ -33,7 +33,7 @@ type guest struct {
 // script runs a bash script in the guest with the disks' variables set, and returns its
 // stdout; a failure carries the script's stderr.
 func (g *guest) script(ctx context.Context, body string) (string, error) {
-	stdout, stderr, code, err := g.vm.Run(ctx, "bash -c "+shellQuote("set -euo pipefail\n"+g.env+"\n"+body))
+	stdout, stderr, code, err := g.vm.Run(ctx, "bash -c "+vmharness.ShellQuote("set -euo pipefail\n"+g.env+"\n"+body))
 	if err != nil {
 		return stdout, fmt.Errorf("guest script: %w", err)
 	}
@@ -52,8 +52,6 @@ func (g *guest) must(body string) string {
 	}
 	return out
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
