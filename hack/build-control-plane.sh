@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Build real Kubernetes control-plane binaries (etcd, kube-apiserver, kubectl,
 # optionally kube-controller-manager, kube-scheduler, kwok, the fake kubelet
-# of the end-to-end tests, and helm for the chart's tests) from the Go module proxy into a cache folder usable
-# as KUBEBUILDER_ASSETS for envtest.
+# of the end-to-end tests, kubelet and kube-proxy for the demo's real node, and helm for the
+# chart's tests) from the Go module proxy into a cache folder usable as KUBEBUILDER_ASSETS for
+# envtest.
 #
 # Usage: hack/build-control-plane.sh [component...]
 #   components: etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm
+#               kubelet kube-proxy
 #   default:    etcd kube-apiserver kubectl
 #
 #   KUBEBUILDER_ASSETS="$(hack/build-control-plane.sh)"
@@ -21,7 +23,7 @@
 # stdout is the absolute path of the folder holding the binaries.
 set -euo pipefail
 
-readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm)
+readonly ALL_COMPONENTS=(etcd kube-apiserver kubectl kube-controller-manager kube-scheduler kwok helm kubelet kube-proxy)
 readonly DEFAULT_COMPONENTS=(etcd kube-apiserver kubectl)
 
 log() { printf 'build-control-plane: %s\n' "$*" >&2; }
@@ -47,7 +49,7 @@ for c in "${components[@]}"; do
 		usage
 		exit 0
 		;;
-	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kwok | helm) ;;
+	etcd | kube-apiserver | kubectl | kube-controller-manager | kube-scheduler | kwok | helm | kubelet | kube-proxy) ;;
 	*)
 		usage
 		die "unknown component: $c"

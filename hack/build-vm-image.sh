@@ -45,6 +45,10 @@ packages=(
 	targetcli-fb # an LIO iSCSI target in the guest, for the tests of iSCSI backing devices
 	mariadb-server sysbench # the OLTP benchmark (make bench); mariadb.service stays masked below
 	lvm2 # lvmcache and dm-writecache, the alternatives the benchmark compares
+	# A Kubernetes node for make demo: the container runtime, the pods' network (bridge and
+	# host-local from the CNI plugins) and kube-proxy's iptables. containerd stays masked below;
+	# only the demo's node starts it.
+	containerd runc containernetworking-plugins iptables
 )
 
 # Only the modules needed to mount the root disk go into the initrd: the default (MODULES=most)
@@ -66,7 +70,7 @@ masked_units=(
 	nvmefc-boot-connections.service nvmf-autoconnect.service
 	systemd-networkd-wait-online.service getty@tty1.service
 	systemd-timesyncd.service systemd-pstore.service
-	mariadb.service lvm2-monitor.service
+	mariadb.service lvm2-monitor.service containerd.service
 )
 
 mapfile -t mirrors < <(debian_mirrors "$suite")

@@ -12,7 +12,8 @@ packages=(
 	nbdkit          # serves HDDs whose write cache a power cut empties (vmharness CacheVolatile*), and Faulty disks (its error filter)
 	mmdebstrap      # builds the guest rootfs without root tricks or debootstrap's slowness
 	e2fsprogs       # mke2fs -d: a filesystem image straight from a directory, no loop mount
-	openssh-client  # ssh-keygen for the harness and host keys; ssh for make vm-shell
+	openssh-client  # ssh-keygen for the harness and host keys; ssh for make vm-shell and the demo
+	iproute2        # ip netns and a tap interface: the demo's network, apart from the host's
 	debian-archive-keyring
 	ca-certificates
 )
