@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,19 @@ var Controllers = []string{
 	"disruption-controller",
 }
 
+// RealNodeControllers are the loops a cluster with real kubelets needs besides Controllers: a
+// chart's Deployments and DaemonSets become pods only through them, the webhook's and the
+// kubernetes Service's endpoints are what the API server and kube-proxy route by, and the pod
+// garbage collector removes the pods of a node that is gone.
+var RealNodeControllers = append(append([]string(nil), Controllers...),
+	"deployment-controller",
+	"replicaset-controller",
+	"daemonset-controller",
+	"endpoints-controller",
+	"endpointslice-controller",
+	"pod-garbage-collector-controller",
+)
+
 // Binaries are the files the assets folder must hold: `hack/build-control-plane.sh` with these
 // names as arguments builds them.
 var Binaries = []string{"etcd", "kube-apiserver", "kubectl", "kube-controller-manager", "kube-scheduler", "kwok"}
@@ -79,6 +93,13 @@ type Options struct {
 	CRDDirs []string
 	// Controllers overrides the kube-controller-manager loops (default: Controllers).
 	Controllers []string
+	// Address, when set, is an IP address of this host that real kubelets reach the API server
+	// at (a tap interface's, say). The API server then binds to it with a certificate for it
+	// and for the kubernetes Service (see PKI), authorizes kubelets as nodes (Node,RBAC and
+	// NodeRestriction), reaches kubelets and webhooks at their pod and node addresses, and runs
+	// RealNodeControllers; kwok is not started. The zero value is the kwok cluster the
+	// end-to-end tests use.
+	Address string
 	// StartTimeout bounds each component's start, and AddNode's wait for kwok; default 2
 	// minutes, generous because TCG guests share the machine's cores with the control plane.
 	StartTimeout time.Duration
@@ -98,6 +119,8 @@ type Cluster struct {
 	Assets string
 	// Dir is Options.Dir: logs and kubeconfigs.
 	Dir string
+	// PKI is the cluster's own certificate authority with Options.Address, else nil (envtest's).
+	PKI *PKI
 
 	opts    Options
 	procs   []*process
@@ -118,6 +141,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	}
 	if opts.Controllers == nil {
 		opts.Controllers = Controllers
+		if opts.Address != "" {
+			opts.Controllers = RealNodeControllers
+		}
 	}
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 2 * time.Minute
@@ -127,6 +153,9 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	for _, bin := range Binaries {
+		if bin == "kwok" && opts.Address != "" {
+			continue
+		}
 		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
 			return nil, fmt.Errorf("cluster: KUBEBUILDER_ASSETS=%s lacks %s (build it with hack/build-control-plane.sh %s): %w",
 				assets, bin, strings.Join(Binaries, " "), err)
@@ -227,15 +256,6 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	kwok, err := c.componentKubeconfig("kwok")
-	if err != nil {
-		return err
-	}
-	stages := filepath.Join(c.Dir, "kwok-stages.yaml")
-	if err := os.WriteFile(stages, kwokStages, 0o644); err != nil {
-		return fmt.Errorf("writing kwok stages: %w", err)
-	}
-
 	// Leader election is on although there is one instance of each: the lease it takes is
 	// the only sign, short of a health port, that the component got past its start-up.
 	if err := c.run("kube-controller-manager",
@@ -258,19 +278,10 @@ func (c *Cluster) start(ctx context.Context) error {
 	); err != nil {
 		return err
 	}
-	// The stages are what kwokctl configures by default: nodes become Ready and renew a
-	// lease, pods become Running at once, and a pod being deleted (eviction, drain) is removed
-	// as a kubelet would once its containers stopped.
-	if err := c.run("kwok",
-		"--kubeconfig", kwok,
-		"--config", stages,
-		"--manage-all-nodes=false",
-		"--manage-nodes-with-annotation-selector", KwokNodeAnnotation+"="+KwokNodeValue,
-		"--node-lease-duration-seconds=40",
-		// Pod addresses that do not collide with the API server's service range.
-		"--cidr=10.244.0.0/16",
-	); err != nil {
-		return err
+	if c.opts.Address == "" {
+		if err := c.startKwok(); err != nil {
+			return err
+		}
 	}
 
 	waitCtx, cancel := context.WithTimeout(ctx, c.opts.StartTimeout)
@@ -282,6 +293,58 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	c.logf("kube-controller-manager and kube-scheduler lead after %s; logs in %s",
 		time.Since(began).Round(100*time.Millisecond), c.Dir)
+	return nil
+}
+
+func (c *Cluster) startKwok() error {
+	kwok, err := c.componentKubeconfig("kwok")
+	if err != nil {
+		return err
+	}
+	stages := filepath.Join(c.Dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stages, kwokStages, 0o644); err != nil {
+		return fmt.Errorf("writing kwok stages: %w", err)
+	}
+	// The stages are what kwokctl configures by default: nodes become Ready and renew a
+	// lease, pods become Running at once, and a pod being deleted (eviction, drain) is removed
+	// as a kubelet would once its containers stopped.
+	return c.run("kwok",
+		"--kubeconfig", kwok,
+		"--config", stages,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector", KwokNodeAnnotation+"="+KwokNodeValue,
+		"--node-lease-duration-seconds=40",
+		// Pod addresses that do not collide with the API server's service range.
+		"--cidr=10.244.0.0/16",
+	)
+}
+
+// serveRealNodes sets the API server up for kubelets on other machines (Options.Address).
+func (c *Cluster) serveRealNodes(api *envtest.APIServer) error {
+	pki, err := NewPKI(filepath.Join(c.Dir, "pki"), c.opts.Address)
+	if err != nil {
+		return err
+	}
+	port, err := FreePortOn(c.opts.Address)
+	if err != nil {
+		return err
+	}
+	c.PKI = pki
+	api.CertDir = pki.Dir
+	api.SecureServing.Address = c.opts.Address
+	api.SecureServing.Port = strconv.Itoa(port)
+	api.SecureServing.CA = pki.CAPEM
+	args := api.Configure()
+	args.Set("authorization-mode", "Node,RBAC")
+	args.Set("enable-admission-plugins", "NodeRestriction")
+	args.Set("kubelet-client-certificate", filepath.Join(pki.Dir, pkiKubeletClientCert))
+	args.Set("kubelet-client-key", filepath.Join(pki.Dir, pkiKubeletClientKey))
+	// A kubelet's hostname means nothing on this host; its InternalIP is routed.
+	args.Set("kubelet-preferred-address-types", "InternalIP")
+	// Webhooks (the eviction webhook among them) are called at their Service's endpoint, a
+	// pod address routed to the node, not at the Service's virtual IP, which only kube-proxy
+	// on a node knows.
+	args.Set("enable-aggregator-routing", "true")
 	return nil
 }
 
@@ -308,6 +371,13 @@ func (c *Cluster) startAPIServer() error {
 	// create the "default" ServiceAccounts; this cluster does, and pods then look as they do
 	// in a real cluster (a service account, a projected token volume).
 	api.Configure().Disable("disable-admission-plugins")
+	if c.opts.Address != "" {
+		if err := c.serveRealNodes(api); err != nil {
+			etcdLog.Close()
+			apiLog.Close()
+			return err
+		}
+	}
 	c.Env = env
 	cfg, err := env.Start()
 	if err != nil {

@@ -157,8 +157,11 @@ func (c *Cluster) StartOperator(t testing.TB, ctx context.Context, opts Operator
 }
 
 // FreePort is a loopback TCP port that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+func FreePort() (int, error) { return FreePortOn("127.0.0.1") }
+
+// FreePortOn is a TCP port of address that was free a moment ago.
+func FreePortOn(address string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(address, "0"))
 	if err != nil {
 		return 0, fmt.Errorf("cluster: finding a free port: %w", err)
 	}
