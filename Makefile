@@ -106,7 +106,7 @@ test-image: image ## Build the image, then check its version stamp and that it h
 		go test -count=1 -v -tags image ./test/image/
 
 .PHONY: test-demo
-test-demo: build ## Run the demo non-interactively and check what it shows.
+test-demo: ## Run the demo non-interactively and check what it shows (rows intact, eviction after clean, metrics).
 	DEMO_ASSERT=1 hack/demo.sh
 
 ##@ Kernel-level tests (QEMU VM)
@@ -218,7 +218,7 @@ test-helm: test-image ## The image test, then helm lint; render, dry-run, instal
 ##@ Use
 
 .PHONY: demo
-demo: build ## A local control plane, the CRD, the operator and a FlashCacheVolume, end to end.
+demo: ## helm install, a FlashCacheVolume, MariaDB on it and kubectl drain, on a real kubelet in the test VM.
 	hack/demo.sh
 
 .PHONY: clean

@@ -3,7 +3,8 @@
 # installs only what is missing (root and apt needed only then).
 set -euo pipefail
 
-packages=(make git ca-certificates)
+# gcc and libc6-dev: the demo's pause image is compiled, statically, from Kubernetes' pause.c.
+packages=(make git ca-certificates gcc libc6-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -1,0 +1,107 @@
+#!/bin/sh
+# Makes the test VM a Kubernetes node: its address on the host's tap network, containerd with
+# the pod sandbox and CNI set up, the images imported, then kubelet and kube-proxy as transient
+# systemd units. Run once per boot by kubenode.Setup, which has already written
+# /etc/kubernetes/{kubelet,kube-proxy}.kubeconfig and /etc/kubernetes/pki/ca.crt.
+# Environment: NODE_NAME NODE_IP NODE_MAC POD_CIDR PAUSE_IMAGE BIN_TAG IMAGES_TAG
+set -eu
+
+say() { echo "node-setup: $*"; }
+# Whatever fails, say where: the harness shows stderr.
+trap '[ $? = 0 ] || echo "node-setup: failed at line $LINENO" >&2' EXIT
+
+# The tap card, found by the MAC the harness gives it.
+card=
+for c in /sys/class/net/*; do
+	if [ "$(cat "$c/address")" = "$NODE_MAC" ]; then
+		card=$(basename "$c")
+	fi
+done
+[ -n "$card" ] || {
+	say "no network card with MAC $NODE_MAC"
+	exit 1
+}
+ip link set dev "$card" up
+ip addr replace "$NODE_IP/24" dev "$card"
+
+modprobe -a overlay br_netfilter 9p 9pnet_virtio
+sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
+# Swap is off in the image; kubelet still checks.
+swapoff -a
+
+for share in "$BIN_TAG:/opt/kubernetes/bin" "$IMAGES_TAG:/opt/kubernetes/images"; do
+	tag=${share%%:*} dir=${share#*:}
+	mkdir -p "$dir"
+	mountpoint -q "$dir" || mount -t 9p -o trans=virtio,version=9p2000.L,ro "$tag" "$dir"
+done
+
+mkdir -p /etc/containerd /etc/cni/net.d /var/lib/kubelet
+# The systemd cgroup driver, as kubelet's cgroupDriver below: the two must agree.
+cat >/etc/containerd/config.toml <<EOF
+version = 2
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$PAUSE_IMAGE"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "/usr/lib/cni"
+    conf_dir = "/etc/cni/net.d"
+EOF
+# One node, one bridge: pods get addresses of POD_CIDR on cni0; the host routes POD_CIDR to this
+# node, so the API server reaches webhooks and the pod proxy without any overlay.
+cat >/etc/cni/net.d/10-flashcache-demo.conflist <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "flashcache-demo",
+  "plugins": [
+    {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$POD_CIDR"}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+systemctl unmask containerd.service >/dev/null 2>&1
+systemctl restart containerd.service
+for i in $(seq 60); do
+	ctr version >/dev/null 2>&1 && break
+	sleep 0.5
+done
+
+start=$(date +%s)
+while read -r image file; do
+	if ctr -n k8s.io images ls -q | grep -qx "docker.io/library/$image"; then
+		continue
+	fi
+	ctr -n k8s.io images import "/opt/kubernetes/images/$file" >/dev/null
+	say "imported $image"
+done </opt/kubernetes/images/images.txt
+say "images ready after $(($(date +%s) - start)) s"
+
+cat >/var/lib/kubelet/config.yaml <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: /etc/kubernetes/pki/ca.crt}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: systemd
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
+failSwapOn: false
+resolvConf: /etc/resolv.conf
+# A small test disk: no image garbage collection (nothing could be pulled back) and eviction
+# only when truly full.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%"}
+EOF
+systemctl reset-failed kubelet.service kube-proxy.service >/dev/null 2>&1 || true
+systemd-run --unit=kubelet --description=kubelet /opt/kubernetes/bin/kubelet \
+	--config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.kubeconfig \
+	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
+systemd-run --unit=kube-proxy --description=kube-proxy /opt/kubernetes/bin/kube-proxy \
+	--kubeconfig=/etc/kubernetes/kube-proxy.kubeconfig --hostname-override="$NODE_NAME" \
+	--proxy-mode=iptables --cluster-cidr="$POD_CIDR"
+say "kubelet and kube-proxy started"
