@@ -134,7 +134,9 @@ ip -n "$ns" link set lo up
 ip -n "$ns" tuntap add dev "$tap" mode tap
 ip -n "$ns" addr add 192.168.227.1/24 dev "$tap"
 ip -n "$ns" link set "$tap" up
-in_ns env KUBEBUILDER_ASSETS="$assets" "$work/democluster" --dir "$work" --kubeconfig "$kubeconfig" --vm-image "$vm_image" \
+# Not through in_ns: $! must be democluster itself (ip netns exec and env exec it), which
+# cleanup signals so that it stops the VM and the control plane.
+ip netns exec "$ns" env KUBEBUILDER_ASSETS="$assets" "$work/democluster" --dir "$work" --kubeconfig "$kubeconfig" --vm-image "$vm_image" \
 	--node-images "$node_images" --tap "$tap" --node-name "$node" --pause-image "$pause_image" \
 	>"$work/democluster.out" 2>"$work/democluster.log" &
 cluster_pid=$!
