@@ -2,6 +2,7 @@
 // kube-apiserver (through envtest, with the CRDs installed), kube-controller-manager,
 // kube-scheduler, and kwok playing the kubelet of the nodes a test creates with AddNode. Nodes
 // without kwok's annotation are left alone, so a real agent can later report for one of them.
+// With Options.Address it serves real kubelets instead (make demo's node): see Options.Address.
 //
 // Every binary comes from hack/build-control-plane.sh (KUBEBUILDER_ASSETS); `make test-e2e`
 // builds them. Every wait is bounded, and the logs of every process are kept when a test fails.
