@@ -111,29 +111,13 @@ func Setup(ctx context.Context, vm *vmharness.VM, c *cluster.Cluster, opts Optio
 			return false, nil
 		}
 		last = n
-		for _, cond := range n.Status.Conditions {
-			if cond.Type == corev1.NodeReady {
-				return cond.Status == corev1.ConditionTrue, nil
-			}
-		}
-		return false, nil
+		return cluster.NodeReady(n), nil
 	})
 	if err != nil {
 		journal, _ := vm.Output(context.Background(), "journalctl -u kubelet -u containerd --no-pager -n 60")
 		return nil, fmt.Errorf("kubenode: node %s not Ready after %s (last seen: %v): %w\nkubelet and containerd:\n%s",
-			opts.Name, opts.ReadyTimeout, describe(last), err, journal)
+			opts.Name, opts.ReadyTimeout, cluster.DescribeNode(last), err, journal)
 	}
 	logf("kubenode: node %s Ready %s after setup began", opts.Name, time.Since(start).Round(100*time.Millisecond))
 	return last, nil
-}
-
-func describe(n *corev1.Node) string {
-	if n == nil {
-		return "never registered"
-	}
-	var conds []string
-	for _, c := range n.Status.Conditions {
-		conds = append(conds, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Message))
-	}
-	return strings.Join(conds, ", ")
 }

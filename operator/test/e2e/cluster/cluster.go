@@ -489,16 +489,17 @@ func (c *Cluster) AddNode(ctx context.Context, name string, labels map[string]st
 			return false, nil
 		}
 		last = n
-		return nodeReady(n) && len(n.Spec.Taints) == 0, nil
+		return NodeReady(n) && len(n.Spec.Taints) == 0, nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cluster: node %s did not become Ready and untainted (kwok log %s, kube-controller-manager log %s; last seen: %s): %w",
-			name, c.proc("kwok").logPath, c.proc("kube-controller-manager").logPath, describeNode(last), err)
+			name, c.proc("kwok").logPath, c.proc("kube-controller-manager").logPath, DescribeNode(last), err)
 	}
 	return last, nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// NodeReady says whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
 	for _, cond := range n.Status.Conditions {
 		if cond.Type == corev1.NodeReady {
 			return cond.Status == corev1.ConditionTrue
@@ -507,7 +508,8 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func describeNode(n *corev1.Node) string {
+// DescribeNode is the node's conditions and taints, for an error message; "never" for nil.
+func DescribeNode(n *corev1.Node) string {
 	if n == nil {
 		return "never"
 	}
