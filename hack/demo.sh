@@ -77,6 +77,8 @@ tap=fcdemo$$
 tap=${tap:0:15}
 kubeconfig=$work/kubeconfig
 node=demo-node
+# The tap network between the namespace and the VM, and the node's pods behind it.
+host_ip=192.168.227.1 node_ip=192.168.227.2 pod_cidr=10.244.0.0/24
 in_ns() { ip netns exec "$ns" "$@"; }
 k() { in_ns "$assets/kubectl" --kubeconfig "$kubeconfig" --cache-dir "$work/kube-cache" "$@"; }
 helm() {
@@ -132,12 +134,12 @@ step "Start the control plane on this host and boot the node (VM: kubelet, kube-
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 ip -n "$ns" tuntap add dev "$tap" mode tap
-ip -n "$ns" addr add 192.168.227.1/24 dev "$tap"
+ip -n "$ns" addr add "$host_ip/24" dev "$tap"
 ip -n "$ns" link set "$tap" up
 # Not through in_ns: $! must be democluster itself (ip netns exec and env exec it), which
 # cleanup signals so that it stops the VM and the control plane.
 ip netns exec "$ns" env KUBEBUILDER_ASSETS="$assets" "$work/democluster" --dir "$work" --kubeconfig "$kubeconfig" --vm-image "$vm_image" \
-	--node-images "$node_images" --tap "$tap" --node-name "$node" --pause-image "$pause_image" \
+	--node-images "$node_images" --tap "$tap" --address "$host_ip" --node-ip "$node_ip" --pod-cidr "$pod_cidr" --node-name "$node" --pause-image "$pause_image" \
 	>"$work/democluster.out" 2>"$work/democluster.log" &
 cluster_pid=$!
 ready() { grep -qx ready "$work/democluster.out"; }
@@ -145,7 +147,7 @@ alive() { kill -0 "$cluster_pid" 2>/dev/null; }
 until ready || ! alive; do sleep 1; done
 check "control plane up and the node Ready" ready
 # The pods' subnet lives behind the node: the API server reaches webhooks and the pod proxy there.
-ip -n "$ns" route add 10.244.0.0/24 via 192.168.227.2
+ip -n "$ns" route add "$pod_cidr" via "$node_ip"
 grep -E 'Ready|images ready|ssh ready' "$work/democluster.log" | indent
 k get nodes -o wide
 
