@@ -142,7 +142,7 @@ vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in i
 test-ansible: ## ansible-lint, then the role and the playbooks over SSH against the test VM.
 	hack/install-vm-deps.sh
 	bin=$$(hack/install-ansible.sh); \
-	PATH=$$bin:$$PATH ansible-lint roles/ playbooks/; \
+	PATH=$$bin:$$PATH "$$bin/ansible-lint" roles/ playbooks/; \
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
 	cd operator && FLASHCACHE_ANSIBLE_BIN=$$bin FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \

@@ -19,6 +19,8 @@
 set -euo pipefail
 # shellcheck source=hack/lib/debian-mirrors.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-mirrors.sh"
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
 exec 3>&1 1>&2
 
@@ -60,6 +62,8 @@ if [[ ! -f $out/base.tar || ! -f $out/go.tar ]]; then
 		echo "build-base-images: must run as root (mmdebstrap root mode)" >&2
 		exit 1
 	fi
+	require mmdebstrap
+	require_packages debian-archive-keyring ca-certificates
 	suite=bookworm
 	mapfile -t mirrors < <(debian_mirrors "$suite")
 

@@ -13,6 +13,8 @@
 # so an unchanged image is saved once; tarballs of images no longer named are removed.
 set -euo pipefail
 exec 3>&1 1>&2
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
 [[ $# -eq 1 ]] || {
 	echo "usage: $0 <flashcache image>" >&2
@@ -25,6 +27,8 @@ export GOWORK=off
 log() { printf 'build-node-images: %s\n' "$*" >&2; }
 
 "$root/hack/install-docker.sh"
+require gcc strip
+require_packages libc6-dev
 base_image=$("$root/hack/build-base-images.sh" | sed -n 1p)
 
 # pause.c comes with the module the control plane is built from.

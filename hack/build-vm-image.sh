@@ -16,6 +16,8 @@
 set -euo pipefail
 # shellcheck source=hack/lib/debian-mirrors.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib/debian-mirrors.sh"
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
 exec 3>&1 1>&2
 
@@ -32,6 +34,8 @@ if ((EUID != 0)); then
 	echo "build-vm-image: must run as root (mmdebstrap root mode, mke2fs -d with real owners)" >&2
 	exit 1
 fi
+require mmdebstrap qemu-img ssh-keygen
+require_packages debian-archive-keyring ca-certificates
 
 suite=bookworm
 packages=(

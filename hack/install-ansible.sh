@@ -5,17 +5,15 @@
 # Progress goes to stderr; only the folder goes to stdout.
 set -euo pipefail
 exec 3>&1 1>&2
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 requirements=$repo/hack/ansible-requirements.txt
 key=$(sha256sum "$requirements" | cut -c1-16)
 venv=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/ansible/$key
 # ansible-playbook reaches hosts with OpenSSH's client.
-if ! command -v ssh >/dev/null; then
-	echo "install-ansible: installing openssh-client" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends openssh-client
-fi
+require ssh
 
 # .complete is written last, so an interrupted install is started again.
 if [[ -f $venv/.complete ]]; then
@@ -23,10 +21,9 @@ if [[ -f $venv/.complete ]]; then
 	exit 0
 fi
 
+require python3
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
-	echo "install-ansible: installing python3-venv" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-venv
+	require_packages python3-venv
 fi
 rm -rf "$venv"
 python3 -m venv "$venv"

@@ -1,19 +1,14 @@
 #!/usr/bin/env bash
-# Installs the host packages the build and tests need and checks the Go toolchain. Idempotent;
-# installs only what is missing (root and apt needed only then).
+# Installs the host packages every target needs (make itself, git for the version stamp, gcc for
+# the demo's pause image) and checks the Go toolchain. Each script requires what it runs on top
+# (hack/lib/packages.sh), so this is only the start. Idempotent; installs only what is missing.
 set -euo pipefail
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
-# gcc and libc6-dev: the demo's pause image is compiled, statically, from Kubernetes' pause.c.
-packages=(make git ca-certificates gcc libc6-dev)
-missing=()
-for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-	echo "install-deps: installing ${missing[*]}" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+require make git gcc
+# gcc's static link of pause.c needs libc's static archive.
+require_packages ca-certificates libc6-dev
 
 want_go=$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../operator/go.mod")
 if ! command -v go >/dev/null; then

@@ -6,6 +6,8 @@
 # Uses $DOCKER (default /usr/bin/docker, Debian's client): another client earlier in PATH may
 # be newer than the daemon, or route `docker build` through a buildx it does not have.
 set -euo pipefail
+# shellcheck source=hack/lib/packages.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/packages.sh"
 
 docker=${DOCKER:-/usr/bin/docker}
 if "$docker" info >/dev/null 2>&1; then
@@ -17,15 +19,13 @@ if ((EUID != 0)); then
 	exit 1
 fi
 
-if ! dpkg-query -W -f='${Status}' docker.io 2>/dev/null | grep -q "ok installed"; then
-	echo "install-docker: installing docker.io" >&2
-	apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker.io >&2
-fi
+# A docker client alone (some machines have one) is not enough: the daemon is Debian's docker.io.
+require docker dockerd
 
 if [[ -d /run/systemd/system ]]; then
+	require systemctl
 	systemctl start docker.service
-elif ! pgrep -x dockerd >/dev/null; then
+elif require pgrep && ! pgrep -x dockerd >/dev/null; then
 	# No init to own it (CI containers): detached, so it outlives this script and make.
 	log=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/dockerd.log
 	mkdir -p "$(dirname "$log")"

@@ -4,6 +4,9 @@
 # against a copy taken before generating, not against git.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+# shellcheck source=hack/lib/packages.sh
+source hack/lib/packages.sh
+require make
 
 before=$(mktemp -d)
 trap 'rm -rf "$before"' EXIT

@@ -1,0 +1,74 @@
+# shellcheck shell=bash
+# What the project's scripts and Makefile run beyond a minimal Debian 12 (its priority-required
+# packages, `base_commands` below) and Go, and the Debian package each command comes from.
+# A script states what it runs with `require CMD...` (and `require_packages PKG...` for what is
+# not a command: keyrings, certificates, headers) before it runs it, so that whatever target a user
+# starts with, the packages are there; only missing ones are installed, so a warm machine pays one
+# dpkg-query and needs neither root nor network.
+#
+# operator/test/scripts checks, in `make test`, that every command a script or a Makefile recipe
+# runs is a shell builtin, a function, a base command, or required before it, and that this table
+# names the package that really holds each command. Sourced; defines no other globals.
+
+# Commands of Debian 12's priority-required packages (what debootstrap's minbase installs), which
+# the scripts use without requiring them.
+base_commands=(
+	awk basename cat chmod chroot cmp cp cut date dd diff dirname dpkg dpkg-query du env find
+	flock grep gzip head id install ln ls mkdir mktemp mount mv nohup nproc numfmt paste printf
+	readlink realpath rm rmdir sed seq setsid sha256sum sleep sort stat tail tar tee timeout touch
+	tr true uname wc xargs apt-get mke2fs
+)
+
+# Command -> the Debian package that installs it.
+declare -gA package_of=(
+	[make]=make
+	[git]=git
+	[gcc]=gcc
+	[strip]=binutils
+	[python3]=python3-minimal
+	[pgrep]=procps
+	[systemctl]=systemd
+	[qemu-system-x86_64]=qemu-system-x86
+	[qemu-img]=qemu-utils
+	[nbdkit]=nbdkit
+	[mmdebstrap]=mmdebstrap
+	[ssh]=openssh-client
+	[ssh-keygen]=openssh-client
+	[ip]=iproute2
+	[docker]=docker.io
+	[dockerd]=docker.io
+	[iptables]=iptables
+)
+
+# install_packages PKG...: installs those of the packages that dpkg does not have.
+install_packages() {
+	local missing=() p
+	for p in "$@"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+	done
+	((${#missing[@]})) || return 0
+	if ((EUID != 0)); then
+		echo "${0##*/}: needs the Debian packages ${missing[*]}; install them, or run as root" >&2
+		return 1
+	fi
+	echo "${0##*/}: installing ${missing[*]}" >&2
+	apt-get update -qq >&2
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+}
+
+# require CMD...: installs the packages of the commands that are not on PATH.
+require() {
+	local packages=() c
+	for c in "$@"; do
+		if [[ -z ${package_of[$c]:-} ]]; then
+			echo "${0##*/}: require $c: not in hack/lib/packages.sh's table" >&2
+			return 1
+		fi
+		command -v "$c" >/dev/null 2>&1 || packages+=("${package_of[$c]}")
+	done
+	((${#packages[@]})) || return 0
+	install_packages "${packages[@]}"
+}
+
+# require_packages PKG...: for packages that are not commands (keyrings, certificates, headers).
+require_packages() { install_packages "$@"; }
