@@ -78,8 +78,26 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 
 ##@ Test
 
+# make test's tiers: the serial ones first, while test-prepare builds in the background, then the
+# two lanes side by side, each in its order (hack/test.sh; logs in test-logs/).
+TEST_SERIAL := lint verify-generated test-unit test-envtest
+TEST_LANE_KERNEL := test-vm test-ansible
+TEST_LANE_CLUSTER := test-helm test-durability test-e2e test-bench-smoke test-demo
+
 .PHONY: test
-test: lint verify-generated test-unit test-envtest test-helm test-vm test-durability test-ansible test-e2e test-bench-smoke test-demo ## Everything below, as CI runs it.
+test: ## Every tier below, as CI runs it: serial ones first, then two lanes side by side (logs and times in test-logs/).
+	hack/test.sh "$(TEST_SERIAL)" "$(TEST_LANE_KERNEL)" "$(TEST_LANE_CLUSTER)"
+
+.PHONY: test-prepare
+test-prepare: ## Install and build what the tiers use (packages, control plane, VM image, Ansible, binary, images); make test starts it in the background.
+	hack/install-deps.sh
+	hack/build-control-plane.sh etcd kube-apiserver kubectl helm >/dev/null
+	hack/install-vm-deps.sh
+	hack/build-vm-image.sh >/dev/null
+	$(MAKE) --no-print-directory build
+	hack/install-ansible.sh >/dev/null
+	hack/build-control-plane.sh $(E2E_COMPONENTS) kubelet kube-proxy >/dev/null
+	image=$$($(MAKE) -s --no-print-directory image) && hack/build-node-images.sh "$$image" >/dev/null
 
 .PHONY: lint
 lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image, ansible and bench files).

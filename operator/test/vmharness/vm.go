@@ -346,15 +346,16 @@ func freePort() (int, error) {
 }
 
 // waitSSH retries until the guest's sshd completes a handshake. QEMU's user networking
-// accepts the TCP connection itself before the guest listens, so a connect proves nothing;
-// only a finished handshake does, and each attempt is bounded in case the guest never answers.
+// accepts the TCP connection itself before the guest listens, and while the guest's network is
+// not up yet such a connection stays silent instead of failing: so a connect proves nothing, and
+// an attempt that hears no server greeting soon is dropped and made again (see dial).
 func (vm *VM) waitSSH(ctx context.Context) error {
 	vm.mu.Lock()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(vm.port))
 	exited := vm.exited
 	vm.mu.Unlock()
 	var lastErr error
-	for {
+	for attempt := 1; ; attempt++ {
 		select {
 		case <-exited:
 			if bytes.Contains(tail(vm.qemuLog, 4096), []byte("host forwarding rule")) {
@@ -363,7 +364,7 @@ func (vm *VM) waitSSH(ctx context.Context) error {
 			return errors.New("qemu exited before ssh was ready")
 		default:
 		}
-		client, err := vm.dial(ctx, addr)
+		client, err := vm.dial(ctx, addr, greetingWait(attempt))
 		if err == nil {
 			vm.mu.Lock()
 			vm.client = client
@@ -380,24 +381,58 @@ func (vm *VM) waitSSH(ctx context.Context) error {
 	}
 }
 
-func (vm *VM) dial(ctx context.Context, addr string) (*ssh.Client, error) {
+// greetingWait is how long attempt n waits for sshd's greeting: 3 s for the first ten, since a
+// silent connection is usually one the guest never saw (a single wait of 20 s there cost up to
+// 20 s of a boot), then longer, so that a guest slowed down by a busy host still gets through.
+func greetingWait(attempt int) time.Duration {
+	if attempt <= 10 {
+		return 3 * time.Second
+	}
+	return min(time.Duration(attempt-8)*2*time.Second, 20*time.Second)
+}
+
+// dial connects and, once sshd's greeting line has arrived within greeting, completes the
+// handshake with a deadline of its own.
+func (vm *VM) dial(ctx context.Context, addr string, greeting time.Duration) (*ssh.Client, error) {
 	d := net.Dialer{Timeout: 5 * time.Second}
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(greeting))
+	first := make([]byte, 4)
+	if _, err := io.ReadFull(conn, first); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("no ssh greeting within %s: %w", greeting, err)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	_ = conn.SetDeadline(deadline)
-	c, chans, reqs, err := ssh.NewClientConn(conn, addr, vm.sshConfig)
+	replayed := &prefixedConn{Conn: conn, prefix: first}
+	c, chans, reqs, err := ssh.NewClientConn(replayed, addr, vm.sshConfig)
 	if err != nil {
 		conn.Close()
 		return nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
 	return ssh.NewClient(c, chans, reqs), nil
+}
+
+// prefixedConn gives back the bytes dial read to see that sshd answers, before the rest.
+type prefixedConn struct {
+	net.Conn
+	prefix []byte
+}
+
+func (c *prefixedConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
 }
 
 // Reboot reboots the guest cleanly (systemd's reboot path, so filesystems are synced and

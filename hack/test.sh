@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# make test: every tier, in the order and grouping that fits a 2-core machine.
+#
+#   hack/test.sh "SERIAL TIERS" "LANE 1 TIERS" "LANE 2 TIERS" ...
+#
+# 1. `make test-prepare` starts in the background: the cold builds and installs (control plane,
+#    VM image, Ansible, the images), which on a fresh machine wait on the network and on single-
+#    threaded links as much as on the CPU.
+# 2. The serial tiers run one after another in the foreground, their output as it comes.
+# 3. Once the preparation is done, the lanes run side by side, each its tiers one after another:
+#    the kernel-level tiers spend much of their time waiting on emulated disks, sleeps and
+#    boots with one busy vCPU, which leaves a core for the other lane.
+#
+# Every tier's output goes to $TEST_LOGS/<tier>.log (default test-logs/ in the checkout); a line
+# says when each starts and ends, a failed tier's whole log is printed, and the times go to
+# $TEST_LOGS/times.tsv and a table at the end. A lane stops at its first failed tier; the other
+# lanes run on, and the run fails.
+set -euo pipefail
+# Job control: each background job is a process group of its own, so that stopping it stops
+# the make, go test and QEMU processes under it too.
+set -m
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
+cd "$root"
+# shellcheck source=hack/lib/packages.sh
+source hack/lib/packages.sh
+require make
+
+((${#@} >= 1)) || {
+	echo "usage: $0 'SERIAL TIERS' ['LANE TIERS'...]" >&2
+	exit 2
+}
+logs=${TEST_LOGS:-$root/test-logs}
+rm -rf "$logs"
+mkdir -p "$logs"
+times=$logs/times.tsv
+printf 'tier\tseconds\tresult\tstarted\n' >"$times"
+began=$SECONDS
+
+say() { printf '\n==> %s [%s, %d s in]\n' "$*" "$(date -u +%T)" "$((SECONDS - began))"; }
+
+# tier NAME [LOG]: runs `make NAME`, into LOG when given (else to this terminal); records its time.
+tier() {
+	local name=$1 log=${2:-} start=$SECONDS stamp rc=0
+	stamp=$(date -u +%T)
+	say "start $name"
+	if [[ -n $log ]]; then
+		make --no-print-directory "$name" >"$log" 2>&1 || rc=$?
+	else
+		make --no-print-directory "$name" || rc=$?
+	fi
+	local result=passed
+	((rc == 0)) || result="FAILED (exit $rc)"
+	printf '%s\t%d\t%s\t%s\n' "$name" "$((SECONDS - start))" "$result" "$stamp" >>"$times"
+	say "$name $result in $((SECONDS - start)) s${log:+, log $log}"
+	if ((rc != 0)) && [[ -n $log ]]; then
+		echo "---- $log ----"
+		cat "$log"
+		echo "---- end of $log ----"
+	elif [[ -n $log ]]; then
+		# What a passing tier ran, by test: go test's verdict lines and the demo's count.
+		grep -E '^(ok |FAIL|--- (PASS|FAIL|SKIP)|demo: [0-9]+ passed)' "$log" || true
+	fi
+	return "$rc"
+}
+
+summary() {
+	echo
+	echo "make test: tiers (log folder $logs)"
+	awk -F'\t' '{printf "  %-18s %8s  %-18s %s\n", $1, $2, $3, $4}' "$times"
+	echo "make test: $((SECONDS - began)) s in all"
+}
+
+# Background preparation; the serial tiers wait for what they need through the build scripts'
+# own locks and caches.
+prepare_log=$logs/test-prepare.log
+say "start test-prepare (background, log $prepare_log)"
+(
+	start=$SECONDS
+	stamp=$(date -u +%T)
+	rc=0
+	make --no-print-directory test-prepare >"$prepare_log" 2>&1 || rc=$?
+	result=passed
+	((rc == 0)) || result="FAILED (exit $rc)"
+	printf '%s\t%d\t%s\t%s\n' test-prepare "$((SECONDS - start))" "$result" "$stamp" >>"$times"
+	exit "$rc"
+) &
+prepare=$!
+# A run that ends early (a failed serial tier, ^C) does not leave the builds running.
+trap 'kill -- "-$prepare" 2>/dev/null || true' EXIT
+
+failed=0
+read -r -a serial <<<"$1"
+shift
+for name in "${serial[@]}"; do
+	if ! tier "$name"; then
+		failed=1
+		break
+	fi
+done
+
+if ((failed)); then
+	summary
+	exit 1
+fi
+
+say "waiting for test-prepare"
+if ! wait "$prepare"; then
+	say "test-prepare FAILED"
+	echo "---- $prepare_log ----"
+	cat "$prepare_log"
+	summary
+	exit 1
+fi
+trap - EXIT
+say "test-prepare done"
+
+lanes=()
+n=0
+for lane in "$@"; do
+	n=$((n + 1))
+	(
+		read -r -a names <<<"$lane"
+		for name in "${names[@]}"; do
+			tier "$name" "$logs/$name.log" || exit 1
+		done
+	) &
+	lanes+=("$!")
+done
+trap 'for pid in "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+for pid in "${lanes[@]}"; do
+	wait "$pid" || failed=1
+done
+trap - EXIT
+summary
+if ((failed)); then
+	echo "make test: FAILED (see the logs above and in $logs)"
+	exit 1
+fi
+echo "make test: every tier passed"
