@@ -59,7 +59,9 @@ func (b *bed) playbook(t *testing.T, name string, args ...string) (string, recap
 		"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=True", "ANSIBLE_RETRY_FILES_ENABLED=False",
 		"ANSIBLE_ROLES_PATH="+filepath.Join(testenv.RepoRoot(), "roles"),
 		"PATH="+b.ansible+":"+os.Getenv("PATH"))
+	began := time.Now()
 	out, err := cmd.CombinedOutput()
+	t.Logf("ansible-playbook %s %s: %s", filepath.Base(path), strings.Join(args, " "), time.Since(began).Round(100*time.Millisecond))
 	text := string(out)
 	var r recap
 	if m := recapLine.FindStringSubmatch(text); m != nil {
