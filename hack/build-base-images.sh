@@ -57,6 +57,7 @@ key=$( (
 out=$cache/$key
 start=$SECONDS
 
+hold_lock base-images
 if [[ ! -f $out/base.tar || ! -f $out/go.tar ]]; then
 	if ((EUID != 0)); then
 		echo "build-base-images: must run as root (mmdebstrap root mode)" >&2

@@ -43,6 +43,7 @@ pause_src=$k8s_dir/build/pause/linux/pause.c
 pause_image=flashcache-pause:$k8s_version
 mariadb_image=flashcache-mariadb:dev
 
+hold_lock node-images
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 start=$SECONDS

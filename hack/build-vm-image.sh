@@ -34,6 +34,11 @@ if ((EUID != 0)); then
 	echo "build-vm-image: must run as root (mmdebstrap root mode, mke2fs -d with real owners)" >&2
 	exit 1
 fi
+hold_lock vm-image
+if [[ -f $out/rootfs.qcow2 ]]; then # built while this waited
+	echo "$out" >&3
+	exit 0
+fi
 require mmdebstrap qemu-img ssh-keygen
 require_packages debian-archive-keyring ca-certificates
 

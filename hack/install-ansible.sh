@@ -20,6 +20,11 @@ if [[ -f $venv/.complete ]]; then
 	echo "$venv/bin" >&3
 	exit 0
 fi
+hold_lock ansible-venv
+if [[ -f $venv/.complete ]]; then # installed while this waited
+	echo "$venv/bin" >&3
+	exit 0
+fi
 
 require python3
 if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then

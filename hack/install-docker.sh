@@ -19,6 +19,11 @@ if ((EUID != 0)); then
 	exit 1
 fi
 
+hold_lock docker
+if "$docker" info >/dev/null 2>&1; then # started while this waited
+	exit 0
+fi
+
 # A docker client alone (some machines have one) is not enough: the daemon is Debian's docker.io.
 require docker dockerd
 
@@ -30,7 +35,7 @@ elif require pgrep && ! pgrep -x dockerd >/dev/null; then
 	log=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/dockerd.log
 	mkdir -p "$(dirname "$log")"
 	echo "install-docker: starting dockerd, log in $log" >&2
-	setsid nohup /usr/sbin/dockerd >>"$log" 2>&1 </dev/null &
+	setsid nohup /usr/sbin/dockerd >>"$log" 2>&1 </dev/null {lock_fd}>&- &
 fi
 
 for ((i = 0; i < 120; i++)); do

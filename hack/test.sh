@@ -7,9 +7,11 @@
 #    VM image, Ansible, the images), which on a fresh machine wait on the network and on single-
 #    threaded links as much as on the CPU.
 # 2. The serial tiers run one after another in the foreground, their output as it comes.
-# 3. Once the preparation is done, the lanes run side by side, each its tiers one after another:
-#    the kernel-level tiers spend much of their time waiting on emulated disks, sleeps and
-#    boots with one busy vCPU, which leaves a core for the other lane.
+# 3. Then the lanes run side by side, each its tiers one after another: the kernel-level tiers
+#    spend much of their time waiting on emulated disks, sleeps and boots with one busy vCPU,
+#    which leaves a core for the other lane.
+# A tier that needs what the preparation is still building waits for it through the build
+# scripts' locks (hack/lib/lock.sh, and build-control-plane.sh's own) and then finds it built.
 #
 # Every tier's output goes to $TEST_LOGS/<tier>.log (default test-logs/ in the checkout); a line
 # says when each starts and ends, a failed tier's whole log is printed, and the times go to
@@ -103,21 +105,8 @@ if ((failed)); then
 	exit 1
 fi
 
-say "waiting for test-prepare"
-if ! wait "$prepare"; then
-	say "test-prepare FAILED"
-	echo "---- $prepare_log ----"
-	cat "$prepare_log"
-	summary
-	exit 1
-fi
-trap - EXIT
-say "test-prepare done"
-
 lanes=()
-n=0
 for lane in "$@"; do
-	n=$((n + 1))
 	(
 		read -r -a names <<<"$lane"
 		for name in "${names[@]}"; do
@@ -126,10 +115,18 @@ for lane in "$@"; do
 	) &
 	lanes+=("$!")
 done
-trap 'for pid in "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+trap 'for pid in "$prepare" "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
 for pid in "${lanes[@]}"; do
 	wait "$pid" || failed=1
 done
+# Every tier has passed only if what they all built passed too.
+if ! wait "$prepare"; then
+	failed=1
+	say "test-prepare FAILED"
+	echo "---- $prepare_log ----"
+	cat "$prepare_log"
+	echo "---- end of $prepare_log ----"
+fi
 trap - EXIT
 summary
 if ((failed)); then

@@ -10,6 +10,9 @@
 # runs is a shell builtin, a function, a base command, or required before it, and that this table
 # names the package that really holds each command. Sourced; defines no other globals.
 
+# shellcheck source=hack/lib/lock.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lock.sh"
+
 # Commands of Debian 12's priority-required packages (what debootstrap's minbase installs), which
 # the scripts use without requiring them.
 base_commands=(
@@ -51,9 +54,13 @@ install_packages() {
 		echo "${0##*/}: needs the Debian packages ${missing[*]}; install them, or run as root" >&2
 		return 1
 	fi
-	echo "${0##*/}: installing ${missing[*]}" >&2
-	apt-get update -qq >&2
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+	# One apt at a time: dpkg's own lock fails a second apt-get instead of waiting.
+	(
+		hold_lock apt
+		echo "${0##*/}: installing ${missing[*]}" >&2
+		apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+	)
 }
 
 # require CMD...: installs the packages of the commands that are not on PATH.

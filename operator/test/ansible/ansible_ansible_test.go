@@ -239,7 +239,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	})
 
 	t.Run("DrainBlocksUntilCleanAndPrintsProgress", func(t *testing.T) {
-		dirty := b.dirty(t, 24)
+		dirty := b.dirty(t, 12)
 		began := time.Now()
 		out, r, ok := b.playbook(t, "drain.yml", "-e", "flashcache_drain_progress_interval=2")
 		if !ok || r.failed != 0 {
@@ -274,7 +274,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	})
 
 	t.Run("StoppingTheUnitFlushes", func(t *testing.T) {
-		b.dirty(t, 24)
+		b.dirty(t, 8)
 		b.sh(t, "systemctl stop flashcache.service")
 		if d, mode := b.nodeStatus(t); d != 0 || mode != "writeback" {
 			t.Errorf("after the shutdown flush: %d bytes dirty, %s; want 0 and the configured writeback", d, mode)

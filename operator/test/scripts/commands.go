@@ -181,6 +181,10 @@ func (s *Script) call(c *syntax.CallExpr, inFunction bool) {
 		case cmd == "source" || cmd == ".":
 			if len(args) > 1 {
 				if p := scriptPath(args[1]); p != "" {
+					// A library sources its neighbours by their bare name.
+					if strings.HasPrefix(s.File, "hack/lib/") && strings.Count(p, "/") == 1 {
+						p = "hack/lib/" + filepath.Base(p)
+					}
 					s.Sources = append(s.Sources, p)
 				}
 			}
@@ -478,18 +482,23 @@ func (c *Checker) provided(file string, seen map[string]bool) map[string]bool {
 	return out
 }
 
+// functions are those the script defines and those of the files it sources, transitively.
 func (c *Checker) functions(s *Script) map[string]bool {
 	fns := map[string]bool{}
-	for f := range s.Functions {
-		fns[f] = true
-	}
-	for _, src := range s.Sources {
-		if lib := c.Scripts[src]; lib != nil {
-			for f := range lib.Functions {
-				fns[f] = true
+	seen := map[string]bool{}
+	var add func(s *Script)
+	add = func(s *Script) {
+		for f := range s.Functions {
+			fns[f] = true
+		}
+		for _, src := range s.Sources {
+			if lib := c.Scripts[src]; lib != nil && !seen[src] {
+				seen[src] = true
+				add(lib)
 			}
 		}
 	}
+	add(s)
 	return fns
 }
 
