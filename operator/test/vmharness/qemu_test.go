@@ -191,3 +191,29 @@ func TestQemuArgsShareFoldersAndAddTheTapCard(t *testing.T) {
 		t.Errorf("a VM without a tap or shares got them:\n%s", plain)
 	}
 }
+
+func TestStallIsReportedOnlyFromTheBootBeingWaitedFor(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console.log")
+	earlier := "[  280.663783] watchdog: BUG: soft lockup - CPU#0 stuck for 261s! [cryptomgr_test:52]\n"
+	if err := os.WriteFile(console, []byte(earlier+"[    0.000000] Linux version 6.1.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := fileSize(console)
+	if got := stallSince(console, at); got != "" {
+		t.Errorf("a stall of an earlier boot was reported: %q", got)
+	}
+	if got := stallSince(console, 0); got != strings.TrimSpace(earlier) {
+		t.Errorf("stallSince from the start = %q", got)
+	}
+	f, err := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := stallSince(console, at); got != "[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU" {
+		t.Errorf("the new boot's stall: %q", got)
+	}
+}
