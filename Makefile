@@ -86,7 +86,7 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # two lanes side by side, each in its order (hack/test.sh; logs in test-logs/).
 TEST_SERIAL := lint verify-generated test-unit test-envtest
 TEST_LANE_KERNEL := test-vm test-ansible
-TEST_LANE_CLUSTER := test-durability test-helm test-e2e test-bench-smoke test-demo
+TEST_LANE_CLUSTER := test-helm test-e2e test-durability test-bench-smoke test-demo
 
 .PHONY: test
 test: ## Every tier below, as CI runs it: serial ones first, then two lanes side by side (logs and times in test-logs/).

@@ -17,7 +17,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lock.sh"
 # the scripts use without requiring them.
 base_commands=(
 	awk basename cat chmod chroot cmp cp cut date dd diff dirname dpkg dpkg-query du env find
-	flock grep gzip head id install ln ls mkdir mktemp mount mv nohup nproc numfmt paste printf
+	flock grep gzip head id install ln ls mkdir mktemp mount mv nice nohup nproc numfmt paste printf
 	readlink realpath rm rmdir sed seq setsid sha256sum sleep sort stat tail tar tee timeout touch
 	tr true uname wc xargs apt-get mke2fs
 )

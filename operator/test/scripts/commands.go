@@ -57,7 +57,7 @@ var builtins = setOf(`. : [ alias bg bind break builtin caller cd command compge
 
 // wrappers run their argument as a command; the value says how many words after the wrapper
 // precede it (-1: skip options and NAME=value words).
-var wrappers = map[string]int{"exec": -1, "command": -1, "nohup": 0, "setsid": -1, "env": -1, "timeout": 1, "xargs": -1}
+var wrappers = map[string]int{"exec": -1, "command": -1, "nohup": 0, "nice": -1, "setsid": -1, "env": -1, "timeout": 1, "xargs": -1}
 
 func setOf(words string) map[string]bool {
 	m := map[string]bool{}
