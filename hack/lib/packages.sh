@@ -40,7 +40,6 @@ declare -gA package_of=(
 	[ip]=iproute2
 	[docker]=docker.io
 	[dockerd]=docker.io
-	[iptables]=iptables
 )
 
 # install_packages PKG...: installs those of the packages that dpkg does not have.

@@ -60,6 +60,17 @@ func TestEveryCommandTheScriptsRunIsInstalledBeforeIt(t *testing.T) {
 	if uses < 200 || len(m.Targets) < 20 {
 		t.Fatalf("read %d command uses in %d scripts and %d Makefile targets: the reader is broken", uses, len(c.Scripts), len(m.Targets))
 	}
+	required := map[string]bool{}
+	for _, s := range c.Scripts {
+		for r := range s.Requires {
+			required[r] = true
+		}
+	}
+	for cmd := range c.Table.PackageOf {
+		if !required[cmd] {
+			t.Errorf("hack/lib/packages.sh names %s, which no script requires", cmd)
+		}
+	}
 	if c.Scripts["hack/build-base-images.sh"].Requires["mmdebstrap"] == 0 {
 		t.Errorf("hack/build-base-images.sh does not require mmdebstrap")
 	}
