@@ -82,15 +82,18 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 
 ##@ Test
 
-# make test's tiers: the serial ones first, while test-prepare builds in the background, then the
-# two lanes side by side, each in its order (hack/test.sh; logs in test-logs/).
-TEST_SERIAL := lint verify-generated test-unit test-envtest
+# make test's tiers: the first ones one after another while test-prepare builds in the background,
+# then two lanes side by side, each in its order, then the last ones alone (hack/test.sh; logs in
+# test-logs/). The last ones have not yet been seen to pass beside a lane: test-e2e once failed
+# there (the agent read its own volume from a stale cache, fixed since).
+TEST_FIRST := lint verify-generated test-unit test-envtest
 TEST_LANE_KERNEL := test-vm test-ansible
-TEST_LANE_CLUSTER := test-helm test-e2e test-durability test-bench-smoke test-demo
+TEST_LANE_CLUSTER := test-helm test-durability
+TEST_LAST := test-e2e test-bench-smoke test-demo
 
 .PHONY: test
-test: ## Every tier below, as CI runs it: serial ones first, then two lanes side by side (logs and times in test-logs/).
-	hack/test.sh "$(TEST_SERIAL)" "$(TEST_LANE_KERNEL)" "$(TEST_LANE_CLUSTER)"
+test: ## Every tier below, as CI runs it: some one after another, two lanes side by side (logs and times in test-logs/).
+	hack/test.sh "$(TEST_FIRST)" "$(TEST_LAST)" "$(TEST_LANE_KERNEL)" "$(TEST_LANE_CLUSTER)"
 
 .PHONY: test-prepare
 test-prepare: ## Install and build what the tiers use (packages, control plane, VM image, Ansible, binary, images); make test starts it in the background.

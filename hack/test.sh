@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make test: every tier, in the order and grouping that fits a 2-core machine.
 #
-#   hack/test.sh "SERIAL TIERS" "LANE 1 TIERS" "LANE 2 TIERS" ...
+#   hack/test.sh "FIRST TIERS" "LAST TIERS" "LANE 1 TIERS" "LANE 2 TIERS" ...
 #
 # 1. `make test-prepare` starts in the background, at a lower priority: the cold builds and
 #    installs (control plane, VM image, Ansible, the images), which on a fresh machine wait on the
@@ -10,6 +10,7 @@
 # 3. Then the lanes run side by side, each its tiers one after another: the kernel-level tiers
 #    spend much of their time waiting on emulated disks, sleeps and boots with one busy vCPU,
 #    which leaves a core for the other lane.
+# 4. Last, the last tiers one after another, alone: those not yet seen to pass beside a lane.
 # A tier that needs what the preparation is still building waits for it through the build
 # scripts' locks (hack/lib/lock.sh, and build-control-plane.sh's own) and then finds it built.
 #
@@ -27,8 +28,8 @@ cd "$root"
 source hack/lib/packages.sh
 require make
 
-((${#@} >= 1)) || {
-	echo "usage: $0 'SERIAL TIERS' ['LANE TIERS'...]" >&2
+((${#@} >= 2)) || {
+	echo "usage: $0 'FIRST TIERS' 'LAST TIERS' ['LANE TIERS'...]" >&2
 	exit 2
 }
 logs=${TEST_LOGS:-$root/test-logs}
@@ -96,7 +97,8 @@ trap 'kill -- "-$prepare" 2>/dev/null || true' EXIT
 
 failed=0
 read -r -a serial <<<"$1"
-shift
+read -r -a last <<<"$2"
+shift 2
 for name in "${serial[@]}"; do
 	if ! tier "$name"; then
 		failed=1
@@ -123,6 +125,14 @@ trap 'for pid in "$prepare" "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || tru
 for pid in "${lanes[@]}"; do
 	wait "$pid" || failed=1
 done
+if ((!failed)); then
+	for name in "${last[@]}"; do
+		if ! tier "$name" "$logs/$name.log"; then
+			failed=1
+			break
+		fi
+	done
+fi
 # Every tier has passed only if what they all built passed too.
 if ! wait "$prepare"; then
 	failed=1

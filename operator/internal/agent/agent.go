@@ -409,7 +409,11 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	if f := engine.FailureOf(err); f != nil {
 		st.setFailure(f)
 	}
-	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); p != nil && p.Status == metav1.ConditionTrue {
+	// A lost cache is only ever reported of a volume the engine built (the backing disk carries
+	// its label), whatever the object read from the informer cache says: under load that object
+	// can predate the agent's own write of Provisioned=True, and the volume then stayed Failed.
+	built := cacheLost != nil
+	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); built || (p != nil && p.Status == metav1.ConditionTrue) {
 		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
 	} else {
