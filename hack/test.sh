@@ -41,6 +41,13 @@ began=$SECONDS
 
 say() { printf '\n==> %s [%s, %d s in]\n' "$*" "$(date -u +%T)" "$((SECONDS - began))"; }
 
+# record NAME START STAMP RC: adds a step's line to times.tsv and sets $result.
+record() {
+	result=passed
+	(($4 == 0)) || result="FAILED (exit $4)"
+	printf '%s\t%d\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$result" "$3" >>"$times"
+}
+
 # tier NAME [LOG]: runs `make NAME`, into LOG when given (else to this terminal); records its time.
 tier() {
 	local name=$1 log=${2:-} start=$SECONDS stamp rc=0
@@ -51,9 +58,8 @@ tier() {
 	else
 		make --no-print-directory "$name" || rc=$?
 	fi
-	local result=passed
-	((rc == 0)) || result="FAILED (exit $rc)"
-	printf '%s\t%d\t%s\t%s\n' "$name" "$((SECONDS - start))" "$result" "$stamp" >>"$times"
+	local result
+	record "$name" "$start" "$stamp" "$rc"
 	say "$name $result in $((SECONDS - start)) s${log:+, log $log}"
 	if ((rc != 0)) && [[ -n $log ]]; then
 		echo "---- $log ----"
@@ -86,9 +92,7 @@ say "start test-prepare (background, log $prepare_log)"
 	# disk from an honest one by its flush latency), and a cold build at full priority beside
 	# them once made a liar's flush look 3 ms slow.
 	nice --adjustment=10 make --no-print-directory test-prepare >"$prepare_log" 2>&1 || rc=$?
-	result=passed
-	((rc == 0)) || result="FAILED (exit $rc)"
-	printf '%s\t%d\t%s\t%s\n' test-prepare "$((SECONDS - start))" "$result" "$stamp" >>"$times"
+	record test-prepare "$start" "$stamp" "$rc"
 	exit "$rc"
 ) &
 prepare=$!

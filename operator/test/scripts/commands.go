@@ -334,11 +334,7 @@ func ReadMakefile(path string) (*Makefile, error) {
 		if r := ruleRE.FindStringSubmatch(trimmed); r != nil {
 			flush()
 			name := expand(r[1], vars, 0)
-			if name == ".PHONY" || strings.HasPrefix(name, "/") || strings.Contains(name, "placeholder") {
-				// .PHONY lists; file rules (tools built into the cache) have recipes of go only.
-				if strings.HasPrefix(name, "/") || strings.Contains(name, "placeholder") {
-					current = &Target{Name: name}
-				}
+			if name == ".PHONY" {
 				continue
 			}
 			deps := r[2]
