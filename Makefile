@@ -33,11 +33,13 @@ FLASHCACHE := $(BIN)/flashcache
 
 CONTROLLER_GEN_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
 CONTROLLER_GEN := $(FLASHCACHE_CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
+CRD_REF_DOCS_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '{{.Version}}' github.com/elastic/crd-ref-docs)
+CRD_REF_DOCS := $(FLASHCACHE_CACHE)/tools/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
 
 # Paths that `make generate` owns; `make verify-generated` fails when they are stale.
 CHART := charts/flashcache
 GENERATED := crds operator/config/crd/bases operator/api/v1alpha1/zz_generated.deepcopy.go operator/internal/applyconfiguration operator/config/rbac \
-	$(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook deploy
+	$(CHART)/crds $(CHART)/files/rbac $(CHART)/files/webhook deploy docs/reference/api.md
 
 .PHONY: help
 help: ## List the targets.
@@ -53,8 +55,12 @@ $(CONTROLLER_GEN):
 	mkdir -p $(dir $@)
 	cd hack/tools && go build -mod=readonly -o $@.tmp sigs.k8s.io/controller-tools/cmd/controller-gen && mv $@.tmp $@
 
+$(CRD_REF_DOCS):
+	mkdir -p $(dir $@)
+	cd hack/tools && go build -mod=readonly -o $@.tmp github.com/elastic/crd-ref-docs && mv $@.tmp $@
+
 .PHONY: generate
-generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types; copy them into the chart; render deploy/.
+generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types; copy them into the chart; render deploy/ and the API reference.
 	cd operator && $(CONTROLLER_GEN) object paths=./api/...
 	cd operator && $(CONTROLLER_GEN) applyconfiguration paths=./api/...
 	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
@@ -66,6 +72,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate deepcopy, apply configurations, CRDs a
 	cp operator/config/rbac/agent/role.yaml $(CHART)/files/rbac/agent.yaml
 	cp operator/config/webhook/eviction.yaml $(CHART)/files/webhook/eviction.yaml
 	hack/render-manifests.sh > deploy/flashcache.yaml
+	$(CRD_REF_DOCS) --config hack/crd-ref-docs.yaml --source-path operator/api/v1alpha1 --renderer markdown \
+		--output-path docs/reference/api.md --log-level ERROR
 
 .PHONY: envtest-assets
 envtest-assets: ## Build etcd, kube-apiserver and kubectl if missing; print their folder (KUBEBUILDER_ASSETS).
@@ -113,7 +121,7 @@ lint: ## gofmt and go vet (with the envtest, vm, e2e, helm, image, ansible and b
 	cd operator && go vet ./... && go vet -tags $(subst $(space),$(comma),$(BUILD_TAGS)) ./...
 
 .PHONY: verify-generated
-verify-generated: $(CONTROLLER_GEN) ## Fail when generated files (crds/ among them) differ from the Go types.
+verify-generated: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Fail when generated files (crds/ among them) differ from the Go types.
 	hack/verify-generated.sh $(GENERATED)
 
 .PHONY: test-unit

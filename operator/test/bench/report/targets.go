@@ -117,7 +117,7 @@ func scaleTargets(s *results.Scale) []target {
 
 func writeTargets(b *strings.Builder, ts []target) {
 	b.WriteString("## Targets\n\n")
-	b.WriteString("The targets of issue #10, checked against the data above. A target without data is " +
+	b.WriteString("The performance targets, checked against the data above. A target without data is " +
 		"\"not measured\".\n\n")
 	var rows [][]string
 	for _, t := range ts {
