@@ -90,7 +90,8 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 	}
 	p := summarize(lat, time.Since(start), offset, size)
 	if len(plainLat) > 0 {
-		p.PlainP50 = summarize(plainLat, 0, offset, size).P50
+		plainSummary := summarize(plainLat, 0, offset, size)
+		p.PlainP10, p.PlainP50 = plainSummary.P10, plainSummary.P50
 	}
 	return p, nil
 }
@@ -102,6 +103,7 @@ func summarize(lat []time.Duration, total time.Duration, offset, size int64) *Pr
 	}
 	sorted := append([]time.Duration(nil), lat...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	p.P10 = sorted[len(sorted)/10]
 	p.P50 = sorted[len(sorted)/2]
 	p.P99 = sorted[(len(sorted)*99)/100]
 	p.Max = sorted[len(sorted)-1]

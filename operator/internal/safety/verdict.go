@@ -43,13 +43,19 @@ type DeviceView struct {
 type Probe struct {
 	Writes int `json:"writes"`
 	// Offset and Bytes locate the scratch region written (never user data nor spare area).
-	Offset int64         `json:"offset"`
-	Bytes  int64         `json:"bytes"`
-	P50    time.Duration `json:"p50"`
-	P99    time.Duration `json:"p99"`
-	Max    time.Duration `json:"max"`
-	// PlainP50 is the median of the same writes without O_DSYNC: a sync write's cost over it is
-	// the flush.
+	Offset int64 `json:"offset"`
+	Bytes  int64 `json:"bytes"`
+	// P10, the fastest tenth, is what the judgement reads: a busy host (CPU contention,
+	// scheduling, other I/O) only ever adds latency to a write, so the fastest writes show what
+	// the device does. A lying disk's median on a loaded host once read 2.7 ms, over the bars
+	// below, while its fastest tenth stayed well under them.
+	P10 time.Duration `json:"p10"`
+	P50 time.Duration `json:"p50"`
+	P99 time.Duration `json:"p99"`
+	Max time.Duration `json:"max"`
+	// PlainP10 and PlainP50 are of the same writes without O_DSYNC: a sync write's cost over
+	// them is the flush.
+	PlainP10   time.Duration `json:"plainP10"`
 	PlainP50   time.Duration `json:"plainP50"`
 	PerSecond  float64       `json:"perSecond"`
 	SkipReason string        `json:"skipReason,omitempty"`
@@ -103,20 +109,20 @@ func Judge(k KernelView, d DeviceView, p *Probe, trusted bool) (Verdict, []strin
 		}
 		return Safe, reasons
 	}
-	reasons = append(reasons, fmt.Sprintf("sync writes: p50 %s, p99 %s, %.0f/s; plain writes p50 %s", round(p.P50), round(p.P99), p.PerSecond, round(p.PlainP50)))
+	reasons = append(reasons, fmt.Sprintf("sync writes: p10 %s, p50 %s, p99 %s, %.0f/s; plain writes p10 %s, p50 %s", round(p.P10), round(p.P50), round(p.P99), p.PerSecond, round(p.PlainP10), round(p.PlainP50)))
 	// With a volatile cache, a sync write of a rotating disk waits for the platter: the flush
 	// adds about half a turn. A cache that answers flushes at once adds nothing.
-	fast := k.Rotational && p.P50 < RotationalFloor
-	noFlushCost := k.Rotational && kernelSendsFlushes && p.PlainP50 > 0 && p.P50-p.PlainP50 < FlushCostFloor
+	fast := k.Rotational && p.P10 < RotationalFloor
+	noFlushCost := k.Rotational && kernelSendsFlushes && p.PlainP10 > 0 && p.P10-p.PlainP10 < FlushCostFloor
 	switch {
 	case (fast || noFlushCost) && trusted:
 		return Safe, append(reasons, "a rotating disk completes flushes faster than its platters turn: its write cache is trusted as battery or flash backed (safety.trustWriteCache)")
 	case fast:
-		return Unsafe, append(reasons, fmt.Sprintf("a rotating disk completes sync writes in %s, faster than its platters turn: its write cache is lying or battery backed (set safety.trustWriteCache if it is backed)", round(p.P50)))
+		return Unsafe, append(reasons, fmt.Sprintf("a rotating disk completes sync writes in %s (fastest tenth), faster than its platters turn: its write cache is lying or battery backed (set safety.trustWriteCache if it is backed)", round(p.P10)))
 	case noFlushCost:
-		return Unsafe, append(reasons, fmt.Sprintf("flushes add %s to a write on a rotating disk, less than its platters need: its write cache acknowledges flushes it does not do, or is battery backed (set safety.trustWriteCache if it is backed)", round(p.P50-p.PlainP50)))
-	case !k.Rotational && kernelSendsFlushes && p.P50 < SolidStateFloor && !trusted:
-		return Unknown, append(reasons, fmt.Sprintf("an SSD with a volatile cache completes sync writes in %s: power-loss protection, or flushes ignored", round(p.P50)))
+		return Unsafe, append(reasons, fmt.Sprintf("flushes add %s to a write on a rotating disk (fastest tenth), less than its platters need: its write cache acknowledges flushes it does not do, or is battery backed (set safety.trustWriteCache if it is backed)", round(p.P10-p.PlainP10)))
+	case !k.Rotational && kernelSendsFlushes && p.P10 < SolidStateFloor && !trusted:
+		return Unknown, append(reasons, fmt.Sprintf("an SSD with a volatile cache completes sync writes in %s (fastest tenth): power-loss protection, or flushes ignored", round(p.P10)))
 	}
 	return Safe, reasons
 }

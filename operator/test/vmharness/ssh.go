@@ -22,14 +22,19 @@ func (vm *VM) Run(ctx context.Context, cmd string) (stdout, stderr string, exitC
 	return out.String(), errOut.String(), code, err
 }
 
-// Output runs cmd and returns its stdout; a non-zero exit is an error carrying stderr.
+// Output runs cmd and returns its stdout; a non-zero exit is an error carrying stderr and
+// stdout (a command such as `flashcache node apply` says on stdout why a volume failed).
 func (vm *VM) Output(ctx context.Context, cmd string) (string, error) {
 	stdout, stderr, code, err := vm.Run(ctx, cmd)
 	if err != nil {
 		return stdout, err
 	}
 	if code != 0 {
-		return stdout, fmt.Errorf("vmharness: %q exited %d: %s", cmd, code, strings.TrimSpace(stderr))
+		msg := strings.TrimSpace(stderr)
+		if out := strings.TrimSpace(stdout); out != "" {
+			msg += "\nstdout:\n" + out
+		}
+		return stdout, fmt.Errorf("vmharness: %q exited %d: %s", cmd, code, msg)
 	}
 	return stdout, nil
 }
