@@ -187,7 +187,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"cacheDevice.overProvisionPercent", deref(s.CacheDevice.OverProvisionPercent), int32(20)},
 		{"mode", s.Mode, fcv1.CacheModeWriteback},
 		{"dirtyThresholdPercent", deref(s.DirtyThresholdPercent), fcv1.DefaultDirtyThresholdPercent},
-		{"flushPeriod", s.FlushPeriod.Duration.String(), "5m0s"},
+		{"flushPeriod", s.FlushPeriod.Duration, fcv1.DefaultFlushPeriod},
 		{"sequentialCutoff", s.SequentialCutoff.String(), "4Mi"},
 		{"replacementPolicy", s.ReplacementPolicy, fcv1.ReplacementPolicyLRU},
 		{"volume.storageClassName", s.Volume.StorageClassName, "flashcache"},

@@ -80,8 +80,6 @@ type Reconciler struct {
 	Now func() time.Time
 
 	mu sync.Mutex
-	// lastPass is when the time-based flush (spec.flushPeriod) last ran for each volume.
-	lastPass map[string]time.Time
 	// pending are the volumes seen at start that have not been reconciled once: until they have
 	// been (and their devices registered after a reboot), the agent is not ready.
 	pending map[string]bool
@@ -145,16 +143,18 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		return ctrl.Result{}, fmt.Errorf("reading node %s: %w", r.NodeName, err)
 	}
 	why := r.flushWanted(&fcv, &node)
-	res, err := r.converge(ctx, &fcv, v, why, st)
+	res, pass, err := r.converge(ctx, &fcv, v, why, st)
 	if err != nil {
 		return r.failed(ctx, &fcv, st, "apply", err)
 	}
 	st.fromResult(res, fcv.Generation)
+	st.fromPass(pass, res.Status)
 	if f := st.failure; f != nil && (fcv.Status.Failure == nil || fcv.Status.Failure.Reason != f.Reason) {
 		// Said when it starts; the condition and status.failure keep saying it.
 		r.Recorder.Eventf(&fcv, nil, corev1.EventTypeWarning, f.Reason, "Apply", "%s", st.degraded.Message)
 	}
 	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
+	r.Metrics.Pass(fcv.Name, pass)
 	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -167,9 +167,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{RequeueAfter: refreshIdle}, nil
 }
 
-// converge runs the engine for a volume that is not being deleted: build or adopt it, flush and
-// hold it when a drain wants that, release it when nothing does, and run the time-based flush.
-func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, error) {
+// converge runs the engine for a volume that is not being deleted: flush and hold it when a drain
+// wants that, release it when nothing does, and otherwise let the engine converge it (build or
+// adopt, tunables, and the flush pass that is due).
+func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, *engine.PassReport, error) {
 	log := logf.FromContext(ctx)
 	before, err := r.Engine.Status(ctx, v)
 	var cacheLost *engine.CacheLostError
@@ -182,7 +183,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		// clean one before a read fails on it, start one missing at boot) and reports it.
 		before = &engine.Status{}
 	case err != nil:
-		return nil, err
+		return nil, nil, err
 	}
 	running := before.Device != ""
 	writeback := v.Mode() == fcv1.CacheModeWriteback
@@ -194,23 +195,24 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 				"flushing %s to the backing disk and holding writethrough: %s", units.Bytes(before.DirtyBytes), why)
 		}
 		if err := r.flush(ctx, fcv, v, st); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Flushed", "Flush",
 			"the cache is clean and held in writethrough: %s", why)
 	}
 	var res *engine.Result
+	pass := &engine.PassReport{}
 	switch {
 	case why == "" && before.Held:
 		log.Info("nothing wants the volume held any more: restoring the configured mode")
 		if res, err = r.Engine.Release(ctx, v); err != nil {
-			return res, err
+			return res, pass, err
 		}
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Released", "Release",
 			"the node is schedulable and no eviction is waiting: cache mode %s restored", res.Status.CacheMode)
 	default:
-		if res, err = r.Engine.Apply(ctx, v, engine.Desired{Hold: why != "" && writeback}); err != nil {
-			return res, err
+		if res, pass, err = r.Engine.Converge(ctx, v, engine.Desired{Hold: why != "" && writeback}, r.now()); err != nil {
+			return res, pass, err
 		}
 	}
 	if res.Changed {
@@ -219,25 +221,25 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 			r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Provisioned", "Apply",
 				"bcache device %s ready at %s (%d steps)", res.Status.Device, res.Status.StablePath, len(res.Steps))
 		}
-	}
-	if res.Changed {
 		// Said once when the host changed, not on every refresh: the conditions keep saying it.
 		for _, w := range res.Warnings {
 			r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "Warning", "Apply", "%s", w)
 		}
 	}
-	if why == "" && writeback && !res.Status.Held {
-		pass, err := r.flushPeriodPass(ctx, fcv, v, res.Status)
-		if err != nil {
-			return res, err
-		}
-		if pass {
-			if res.Status, err = r.Engine.Status(ctx, v); err != nil {
-				return res, err
-			}
-		}
+	switch {
+	case pass.Started:
+		log.Info("flush pass started", "reason", pass.Reason, "dirty", pass.DirtyAtStart)
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushPassStarted", "Flush",
+			"writing %s back at full speed, in writeback (%s)", units.Bytes(pass.DirtyAtStart), pass.Reason)
+	case pass.FinishedInWritethrough:
+		log.Info("flush pass finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed)
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "FlushPassFinishedInWritethrough", "Flush",
+			"the pass started %s ago did not get the volume clean in writeback: the rest was flushed in writethrough (%.0fs), as the flush period requires",
+			pass.Elapsed.Round(time.Second), pass.WritethroughFlushSeconds)
+	case pass.Ended:
+		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed)
 	}
-	return res, nil
+	return res, pass, nil
 }
 
 // flush runs the blocking flush, writing its progress to status for the eviction webhook.
@@ -262,39 +264,6 @@ func (r *Reconciler) flush(ctx context.Context, fcv *fcv1.FlashCacheVolume, v en
 		return fmt.Errorf("blocking flush: %w", err)
 	}
 	return nil
-}
-
-// flushPeriodPass runs the time-based flush when spec.flushPeriod has passed since the last one.
-func (r *Reconciler) flushPeriodPass(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, s *engine.Status) (bool, error) {
-	if fcv.Spec.FlushPeriod == nil || fcv.Spec.FlushPeriod.Duration <= 0 || s.Device == "" {
-		return false, nil
-	}
-	r.mu.Lock()
-	if r.lastPass == nil {
-		r.lastPass = map[string]time.Time{}
-	}
-	last, seen := r.lastPass[fcv.Name]
-	if !seen {
-		// The period counts from when this agent first saw the volume: data older than that
-		// is at most one period late.
-		r.lastPass[fcv.Name] = r.now()
-	}
-	r.mu.Unlock()
-	if !seen || r.now().Sub(last) < fcv.Spec.FlushPeriod.Duration {
-		return false, nil
-	}
-	r.mu.Lock()
-	r.lastPass[fcv.Name] = r.now()
-	r.mu.Unlock()
-	if s.DirtyBytes == 0 {
-		return false, nil
-	}
-	res, err := r.Engine.FlushPass(ctx, v, r.FlushTimeout)
-	if err != nil {
-		return false, fmt.Errorf("flushPeriod pass: %w", err)
-	}
-	logf.FromContext(ctx).Info("flushPeriod pass", "flushed", res.FlushedBytes, "took", res.Duration)
-	return true, nil
 }
 
 // chap reads the credentials of the volume's iSCSI CHAP Secret, if it names one.

@@ -8,10 +8,10 @@ import (
 
 // Metrics are the agent's Prometheus series, one set per volume of the node.
 type Metrics struct {
-	dirty, bypassed, writebackRate, flushRemaining *prometheus.GaugeVec
-	hitRatio, available, wear, flushing            *prometheus.GaugeVec
-	state, ioErrors                                *prometheus.GaugeVec
-	errors                                         *prometheus.CounterVec
+	dirty, bypassed, writebackRate, flushRemaining  *prometheus.GaugeVec
+	hitRatio, available, wear, flushing, passActive *prometheus.GaugeVec
+	state, ioErrors                                 *prometheus.GaugeVec
+	errors                                          *prometheus.CounterVec
 }
 
 // bcacheStates are the values of bcache's state file; one series each, 1 for the current one.
@@ -34,6 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wear:           gauge("volume_cache_wear_percent", "The cache device's estimate of its life used."),
 		flushing:       gauge("volume_flushing", "1 while a blocking flush runs."),
 		flushRemaining: gauge("volume_flush_remaining_bytes", "Dirty data a running blocking flush has still to write."),
+		passActive:     gauge("volume_flush_pass_active", "1 while a flush pass (every flushPeriod, or asked for) writes back at full speed in writeback mode."),
 		ioErrors: gauge("volume_io_errors", "I/O errors bcache counted on the volume's cache or backing device since it registered it; "+
 			"at 8 (cache) or 64 (backing) it gives the device up.", "device"),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
@@ -81,6 +82,18 @@ func (m *Metrics) Flushing(volume string, on bool) {
 	m.flushing.WithLabelValues(volume).Set(v)
 }
 
+// Pass records whether a flush pass runs on the volume.
+func (m *Metrics) Pass(volume string, p *engine.PassReport) {
+	if m == nil || p == nil {
+		return
+	}
+	v := 0.0
+	if p.Active {
+		v = 1
+	}
+	m.passActive.WithLabelValues(volume).Set(v)
+}
+
 // FlushProgress records the dirty data a running flush still has to write.
 func (m *Metrics) FlushProgress(volume string, remaining int64) {
 	if m != nil {
@@ -100,7 +113,7 @@ func (m *Metrics) Forget(volume string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.ioErrors} {
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.passActive, m.ioErrors} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})

@@ -58,6 +58,16 @@ func condition(t string, s metav1.ConditionStatus, reason, message string) *meta
 	return &metav1.Condition{Type: t, Status: s, Reason: reason, Message: message}
 }
 
+// fromPass says on Flushing that a flush pass runs, unless a drain's flush already does.
+func (st *report) fromPass(p *engine.PassReport, s *engine.Status) {
+	if p == nil || !p.Active || s.Held {
+		return
+	}
+	st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushPass,
+		fmt.Sprintf("%s pass started %s: %s dirty then, %s now; writing back at full speed, in writeback",
+			p.Reason, p.StartedAt.UTC().Format(time.RFC3339), units.Bytes(p.DirtyAtStart), units.Bytes(s.DirtyBytes)))
+}
+
 // fromResult fills the report from an engine run that succeeded.
 func (st *report) fromResult(res *engine.Result, generation int64) {
 	s := res.Status
@@ -85,11 +95,8 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 			msg = fmt.Sprintf("verdict %s under policy %s: the volume stays in writethrough: %s", c.Verdict, c.Policy, msg)
 		}
 		st.safetyChecked = condition(fcv1.ConditionSafetyChecked, status, reason, msg)
-		for _, d := range c.Devices {
-			if d.Role == "cache" && d.Wear != nil && d.Wear.PercentUsed != nil {
-				w := int32(*d.Wear.PercentUsed)
-				st.wearPercent = &w
-			}
+		if w := c.CacheWearPercent(); w != nil {
+			st.wearPercent = w
 		}
 	}
 
@@ -102,7 +109,7 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 			fmt.Sprintf("flushing: %s dirty", units.Bytes(s.DirtyBytes)))
 	default:
 		st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested,
-			"no drain or eviction is waiting for this volume")
+			"no drain, eviction or flush pass is under way")
 	}
 	st.setFailure(engine.FailureOfStatus(s))
 	switch {

@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap/zapcore"
-	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
@@ -22,11 +20,12 @@ import (
 )
 
 type nodeOptions struct {
-	config  string
-	output  string
-	volume  string
-	holdDir string
-	verbose bool
+	config   string
+	output   string
+	volume   string
+	holdDir  string
+	stateDir string
+	verbose  bool
 }
 
 // volumeReport is one volume's outcome in `-o json`.
@@ -39,6 +38,7 @@ type volumeReport struct {
 	Flush    *engine.FlushResult    `json:"flush,omitempty"`
 	Teardown *engine.TeardownResult `json:"teardown,omitempty"`
 	Check    *engine.CheckReport    `json:"check,omitempty"`
+	Pass     *engine.PassReport     `json:"pass,omitempty"`
 	Error    *reportError           `json:"error,omitempty"`
 }
 
@@ -71,19 +71,30 @@ as root. The file is checked with the CRD's own schema and rules before any disk
 	f.BoolVarP(&opts.verbose, "verbose", "v", false, "log every command run")
 
 	var timeout time.Duration
-	var pass, confirm bool
+	var pass, background, wait, confirm bool
 	flush := &cobra.Command{
 		Use:   "flush",
 		Short: "Write all dirty data to the backing device and hold the volume in writethrough",
 		Long: `Blocking flush: switches to writethrough, unthrottles writeback and waits until bcache
 reports the volume clean, printing progress. The volume stays in writethrough (held) until
-'flashcache node release'. With --pass, the time-based flush behind flushPeriod: flush if dirty,
-then go back to the configured mode (a held volume stays held).`,
+'flashcache node release'. With --pass: flush if dirty, then go back to the configured mode (a
+held volume stays held); the boot unit's stop runs it. With --background: a flush pass in
+writeback mode, as flushPeriod starts one: writeback at full speed until clean while writes still
+land on the SSD; 'flashcache node run' (or --wait) carries it on.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if background && pass {
+				return fmt.Errorf("--background and --pass: choose one")
+			}
+			if wait && !background {
+				return fmt.Errorf("--wait goes with --background (a blocking flush always waits)")
+			}
 			return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 				var res *engine.FlushResult
 				var err error
+				if background {
+					return backgroundFlush(ctx, cmd, e, v, r, wait, timeout)
+				}
 				if pass {
 					res, err = e.FlushPass(ctx, v, timeout)
 				} else {
@@ -101,7 +112,9 @@ then go back to the configured mode (a held volume stays held).`,
 		},
 	}
 	flush.Flags().DurationVar(&timeout, "timeout", time.Hour, "give up (and stay in writethrough) after this long")
-	flush.Flags().BoolVar(&pass, "pass", false, "flush then restore the configured mode (time-based flushing)")
+	flush.Flags().BoolVar(&pass, "pass", false, "flush then restore the configured mode")
+	flush.Flags().BoolVar(&background, "background", false, "start a flush pass in writeback mode and return")
+	flush.Flags().BoolVar(&wait, "wait", false, "with --background: wait until the pass is done, printing progress")
 
 	teardown := &cobra.Command{
 		Use:   "teardown",
@@ -161,6 +174,7 @@ the spare area), reads SMART wear, and gives a verdict per device and for the vo
 			}),
 		teardown,
 		check,
+		newNodeRunCommand(opts),
 	)
 	// Every subcommand but tools acts on the volumes of a file.
 	for _, sub := range node.Commands() {
@@ -168,10 +182,43 @@ the spare area), reads SMART wear, and gives a verdict per device and for the vo
 		f.StringVarP(&opts.config, "config", "c", "", "FlashCacheVolume file (YAML, several documents allowed; - for stdin)")
 		f.StringVar(&opts.volume, "volume", "", "act on this volume of the file only")
 		f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded")
+		f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept")
 		_ = sub.MarkFlagRequired("config")
 	}
 	node.AddCommand(newToolsCommand(opts))
 	return node
+}
+
+// backgroundFlushPoll is how often `flush --background --wait` converges the volume.
+const backgroundFlushPoll = 2 * time.Second
+
+// backgroundFlush starts a flush pass in writeback mode; with wait it drives the pass itself
+// until it is done, printing progress to stderr.
+func backgroundFlush(ctx context.Context, cmd *cobra.Command, e *engine.Engine, v engine.Volume, r *volumeReport, wait bool, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	want := engine.Desired{FlushNow: true}
+	for {
+		res, pass, err := e.Converge(ctx, v, want, time.Now())
+		r.fromResult(res)
+		r.Pass = pass
+		if err != nil {
+			return err
+		}
+		if pass.Started {
+			r.Changed = true
+		}
+		if !wait || !pass.Active {
+			return nil
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s: flush pass (%s) %s in, %s dirty\n", v.Name, pass.Reason, pass.Elapsed.Round(time.Second), mib(res.Status.DirtyBytes))
+		want.FlushNow = false
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the flush pass: %w", ctx.Err())
+		case <-time.After(backgroundFlushPoll):
+		}
+	}
 }
 
 // volumeCommand is a `flashcache node` subcommand that acts on each volume of the file.
@@ -202,12 +249,8 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", opts.config, err)
 	}
-	level := zapcore.InfoLevel
-	if opts.verbose {
-		level = zapcore.DebugLevel // the runner logs each command at V(1)
-	}
-	log := zap.New(zap.WriteTo(cmd.ErrOrStderr()), zap.ConsoleEncoder(), zap.Level(level))
-	e := &engine.Engine{Run: blockdev.Runner{Log: log}, Log: log, HoldDir: opts.holdDir}
+	log := newNodeLogger(cmd, opts)
+	e := &engine.Engine{Run: blockdev.Runner{Log: log}, Log: log, HoldDir: opts.holdDir, StateDir: opts.stateDir}
 	report := nodeReport{Volumes: []volumeReport{}}
 	found := false
 	for _, v := range volumes {
@@ -274,6 +317,12 @@ func printReport(w io.Writer, output string, report nodeReport) error {
 		}
 		if f := r.Flush; f != nil {
 			fmt.Fprintf(w, "  flushed %s in %s (%.1f MiB/s), held=%v\n", mib(f.FlushedBytes), f.Duration.Round(time.Millisecond), f.BytesPerSecond/(1<<20), f.Held)
+		}
+		if p := r.Pass; p != nil && (p.Active || p.Ended) {
+			fmt.Fprintf(w, "  flush pass (%s): started %s, %s dirty then, active=%v\n", p.Reason, p.StartedAt.Format(time.RFC3339), mib(p.DirtyAtStart), p.Active)
+		}
+		if r.Pass != nil && !r.Pass.Active && !r.Pass.Ended {
+			fmt.Fprintf(w, "  nothing to flush: the volume is clean or not in writeback\n")
 		}
 		if t := r.Teardown; t != nil {
 			for _, s := range t.Steps {

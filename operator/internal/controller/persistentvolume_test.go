@@ -169,6 +169,7 @@ func TestComputePhase(t *testing.T) {
 		{"built, PV conflict", []metav1.Condition{provisioned}, cond(fcv1.ConditionReady, metav1.ConditionFalse, fcv1.ReasonPersistentVolumeConflict), false, fcv1.PhaseFailed},
 		{"ready", []metav1.Condition{provisioned}, ready, false, fcv1.PhaseReady},
 		{"flushing", []metav1.Condition{provisioned, cond(fcv1.ConditionFlushing, metav1.ConditionTrue, "Drain")}, ready, false, fcv1.PhaseFlushing},
+		{"a flush pass is not a drain", []metav1.Condition{provisioned, cond(fcv1.ConditionFlushing, metav1.ConditionTrue, fcv1.ReasonFlushPass)}, ready, false, fcv1.PhaseReady},
 		{"degraded wins over flushing", []metav1.Condition{provisioned, cond(fcv1.ConditionFlushing, metav1.ConditionTrue, "Drain"), cond(fcv1.ConditionDegraded, metav1.ConditionTrue, "CacheLost")}, ready, false, fcv1.PhaseDegraded},
 		{"deleting", []metav1.Condition{provisioned}, ready, true, fcv1.PhaseDeleting},
 	}

@@ -38,7 +38,7 @@ func computePhase(fcv *fcv1.FlashCacheVolume, ready metav1.Condition) fcv1.Volum
 		return fcv1.PhaseFailed
 	case meta.IsStatusConditionTrue(conds, fcv1.ConditionDegraded):
 		return fcv1.PhaseDegraded
-	case meta.IsStatusConditionTrue(conds, fcv1.ConditionFlushing):
+	case meta.IsStatusConditionTrue(conds, fcv1.ConditionFlushing) && meta.FindStatusCondition(conds, fcv1.ConditionFlushing).Reason != fcv1.ReasonFlushPass:
 		return fcv1.PhaseFlushing
 	case ready.Status == metav1.ConditionTrue:
 		return fcv1.PhaseReady

@@ -24,6 +24,8 @@ type Engine struct {
 	// HoldDir keeps a marker per volume held in writethrough by a flush, so that a later apply,
 	// even after a reboot, does not switch it back to writeback behind the drain's back.
 	HoldDir string
+	// StateDir keeps each volume's schedule (policy.go); empty is DefaultStateDir.
+	StateDir string
 }
 
 // DefaultHoldDir is where holds live on a host; the agent mounts it from the host.

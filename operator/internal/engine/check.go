@@ -42,6 +42,20 @@ type CheckReport struct {
 	Devices          []DeviceCheck `json:"devices"`
 }
 
+// CacheWearPercent is the cache device's wear as SMART reported it, when it did.
+func (c *CheckReport) CacheWearPercent() *int32 {
+	if c == nil {
+		return nil
+	}
+	for _, d := range c.Devices {
+		if d.Role == "cache" && d.Wear != nil && d.Wear.PercentUsed != nil {
+			w := int32(*d.Wear.PercentUsed)
+			return &w
+		}
+	}
+	return nil
+}
+
 // CheckDir keeps the last check of each volume for this boot: disks' caches can change across a
 // reboot, and a probe per apply would be I/O for nothing.
 var CheckDir = "/run/flashcache/checks"

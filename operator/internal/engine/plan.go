@@ -125,6 +125,11 @@ type Desired struct {
 	// SafetyWritethrough keeps the volume in writethrough because no durability check has
 	// allowed writeback yet, or the last one refused it.
 	SafetyWritethrough bool
+	// Passing writes back at full speed while the volume stays in its mode: a flush pass (the
+	// time-based one behind flushPeriod, or one asked for) is running. Converge sets it.
+	Passing bool
+	// FlushNow asks Converge for a flush pass now (in writeback mode, unlike a drain's flush).
+	FlushNow bool
 }
 
 // Plan lists the steps that take the host from o to the volume v. It changes nothing. A refusal
@@ -384,12 +389,19 @@ func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
 	if v.Spec.DirtyThresholdPercent != nil {
 		percent = *v.Spec.DirtyThresholdPercent
 	}
+	delay := writebackDelay
+	if want.Passing {
+		// No target (so no throttle, and writeback at idle I/O priority, below the database's
+		// own I/O) and no pause between scans: bcache then writes back as fast as the backing
+		// disk takes it, in writeback mode, so commits still land on the SSD.
+		percent, delay = 0, "0"
+	}
 	cutoff := effectiveSequentialCutoff(v, cacheUnusedPercent)
 	return []tunable{
 		{"label", v.Label(), exact(v.Label())},
 		{"cache_mode", mode, choice(mode)},
 		{"writeback_percent", strconv.Itoa(int(percent)), exact(strconv.Itoa(int(percent)))},
-		{"writeback_delay", writebackDelay, exact(writebackDelay)},
+		{"writeback_delay", delay, exact(delay)},
 		// Stopped writeback leaves dirty data on the SSD for ever.
 		{"writeback_running", "1", exact("1")},
 		{"sequential_cutoff", strconv.FormatInt(cutoff, 10), func(have string) bool {

@@ -137,6 +137,9 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	if err := e.setHold(v, false); err != nil {
 		return res, err
 	}
+	if err := e.forgetState(v); err != nil {
+		return res, err
+	}
 	if v.Spec.BackingDevice.ISCSI != nil {
 		step, err := e.disconnectISCSI(ctx, v)
 		if err != nil {

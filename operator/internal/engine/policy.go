@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+)
+
+// The engine owns a volume's policy over time as well as its build: the flush pass behind
+// spec.flushPeriod and a pass asked for on demand. What is due next is kept in a small state file
+// per volume on the host, so that an agent or a `flashcache node run` loop that restarts, or a
+// reboot, neither forgets a pass nor starts one early. The agent and `flashcache node` call
+// Converge on an interval and translate its result; neither keeps a schedule of its own.
+
+// DefaultStateDir is where the engine keeps each volume's state on a host; the agent mounts
+// /var/lib/flashcache from the host, so the state outlives the pod.
+const DefaultStateDir = "/var/lib/flashcache/state"
+
+// Pass reasons.
+const (
+	PassFlushPeriod = "flushPeriod"
+	PassRequested   = "requested"
+)
+
+// State is what the engine remembers of a volume between runs.
+type State struct {
+	// PeriodFrom is when the current flush period began: when the last pass started, or when
+	// the engine first saw the volume. Data dirtied before it was written back by that pass,
+	// or is at most one period late.
+	PeriodFrom time.Time `json:"periodFrom"`
+	// Pass is the flush pass under way, if any.
+	Pass *PassState `json:"pass,omitempty"`
+}
+
+// PassState is a flush pass under way: writeback at full speed, in writeback mode, until clean.
+type PassState struct {
+	Reason       string    `json:"reason"`
+	StartedAt    time.Time `json:"startedAt"`
+	DirtyAtStart int64     `json:"dirtyAtStart"`
+}
+
+// PassReport says what Converge did about flush passes in one run.
+type PassReport struct {
+	// Active is true while a pass runs after this run.
+	Active bool   `json:"active"`
+	Reason string `json:"reason,omitempty"`
+	// Started, Ended and Finished in writethrough say what happened in this run: a pass that
+	// did not get the volume clean within its limit is finished by the blocking flush.
+	Started                  bool          `json:"started,omitempty"`
+	Ended                    bool          `json:"ended,omitempty"`
+	FinishedInWritethrough   bool          `json:"finishedInWritethrough,omitempty"`
+	StartedAt                time.Time     `json:"startedAt,omitzero"`
+	Elapsed                  time.Duration `json:"elapsed,omitempty"`
+	DirtyAtStart             int64         `json:"dirtyAtStart,omitempty"`
+	WritethroughFlushSeconds float64       `json:"writethroughFlushSeconds,omitempty"`
+}
+
+// Converge is one run of everything the engine owns for a volume at now: Apply (build or adopt,
+// tunables, the cutoff while the cache fills, the durability check), then the flush pass that
+// is due.
+//
+// A pass writes back at full speed in writeback mode (Desired.Passing), so commits keep landing
+// on the SSD while it runs; it ends when bcache reports the volume clean, which it does only after
+// a full scan of its index found nothing dirty. A pass still not clean after its limit (one flush
+// period, and at least passLimitFloor) is finished by the blocking flush, in writethrough: a
+// workload that dirties data as fast as the backing disk writes it back would otherwise keep a
+// pass from ever ending. Data written at t is therefore on the backing disk by t + flushPeriod +
+// the pass's length, and at worst by t + flushPeriod + the pass limit + the blocking flush's
+// length, plus the interval at which the caller runs Converge.
+//
+// want.FlushNow starts a pass now if the volume is dirty and none runs.
+func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.Time) (*Result, *PassReport, error) {
+	st, err := e.loadState(v)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr := &PassReport{}
+	passing := st.Pass != nil && !want.Hold && !e.held(v)
+	want.Passing = passing
+	res, err := e.Apply(ctx, v, want)
+	if err != nil || res.Status == nil || res.Status.Device == "" {
+		return res, pr, err
+	}
+	dirty := res.Status.DirtyBytes > 0 && res.Status.State != "clean"
+	inWriteback := res.Status.CacheMode == string(fcv1.CacheModeWriteback) && !res.Status.Held
+	stateChanged := false
+	if st.PeriodFrom.IsZero() {
+		st.PeriodFrom, stateChanged = now, true
+	}
+	if p := st.Pass; p != nil {
+		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
+	}
+	switch next := nextPass(st, dirty, inWriteback, v.FlushPeriod(), now, want.FlushNow); next {
+	case passCovered:
+		// A drain's hold or a safety downgrade flushed the volume in writethrough meanwhile.
+		pr.Ended = true
+		st.Pass, st.PeriodFrom, stateChanged = nil, now, true
+	case passEnd:
+		pr.Ended = true
+		st.Pass, stateChanged = nil, true
+		if res, err = e.reapply(ctx, v, want, false, res); err != nil {
+			return res, pr, err
+		}
+	case passFinishInWritethrough:
+		e.Log.Info("flush pass not clean within its limit: finishing it in writethrough", "volume", v.Name,
+			"startedAt", st.Pass.StartedAt, "dirty", res.Status.DirtyBytes)
+		flushed, err := e.FlushPass(ctx, v, DowngradeFlushTimeout)
+		if err != nil {
+			return res, pr, fmt.Errorf("finishing the flush pass in writethrough: %w", err)
+		}
+		pr.Ended, pr.FinishedInWritethrough, pr.WritethroughFlushSeconds = true, true, flushed.Duration.Seconds()
+		st.Pass, stateChanged = nil, true
+		if res.Status, err = e.Status(ctx, v); err != nil {
+			return res, pr, err
+		}
+	case passGoesOn:
+		pr.Active = true
+	case passNewPeriod, passStart, passStartRequested:
+		st.PeriodFrom, stateChanged = now, true
+		if next == passNewPeriod {
+			break
+		}
+		reason := PassFlushPeriod
+		if next == passStartRequested {
+			reason = PassRequested
+		}
+		st.Pass = &PassState{Reason: reason, StartedAt: now, DirtyAtStart: res.Status.DirtyBytes}
+		pr.Started, pr.Active, pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = true, true, reason, now, res.Status.DirtyBytes, 0
+		// Recorded before the knobs change, so a crash in between is seen as a pass that runs.
+		if err := e.saveState(v, st); err != nil {
+			return res, pr, err
+		}
+		stateChanged = false
+		if res, err = e.reapply(ctx, v, want, true, res); err != nil {
+			return res, pr, err
+		}
+	}
+	if stateChanged {
+		if err := e.saveState(v, st); err != nil {
+			return res, pr, err
+		}
+	}
+	return res, pr, nil
+}
+
+// passAction is what is due about flush passes.
+type passAction int
+
+const (
+	passNothing passAction = iota
+	// passNewPeriod: a period ended on a clean volume; the next one starts.
+	passNewPeriod
+	passStart
+	passStartRequested
+	passGoesOn
+	// passEnd: the volume is clean; the pass is done.
+	passEnd
+	// passFinishInWritethrough: the pass ran its limit without getting the volume clean.
+	passFinishInWritethrough
+	// passCovered: the volume left writeback (a drain's hold, a downgrade), which flushes it.
+	passCovered
+)
+
+// nextPass decides what is due about flush passes, from the state, what the volume looks like
+// and the time.
+func nextPass(st *State, dirty, inWriteback bool, period time.Duration, now time.Time, flushNow bool) passAction {
+	switch {
+	case st.Pass != nil && !inWriteback:
+		return passCovered
+	case st.Pass != nil && !dirty:
+		return passEnd
+	case st.Pass != nil && now.Sub(st.Pass.StartedAt) >= passLimit(period):
+		return passFinishInWritethrough
+	case st.Pass != nil:
+		return passGoesOn
+	case !inWriteback:
+		return passNothing
+	case flushNow && dirty:
+		return passStartRequested
+	case period > 0 && now.Sub(st.PeriodFrom) >= period && dirty:
+		return passStart
+	case period > 0 && now.Sub(st.PeriodFrom) >= period:
+		return passNewPeriod
+	}
+	return passNothing
+}
+
+// passLimitFloor keeps a short flushPeriod from turning every pass into a blocking flush: a
+// backing disk needs some time for any amount of dirty data.
+const passLimitFloor = time.Minute
+
+// passLimit is how long a pass may run in writeback mode before the blocking flush finishes it.
+func passLimit(period time.Duration) time.Duration {
+	return max(period, passLimitFloor)
+}
+
+// reapply runs Apply again with passing set or cleared, and merges its steps into the earlier
+// result, so a caller sees every change of this run.
+func (e *Engine) reapply(ctx context.Context, v Volume, want Desired, passing bool, earlier *Result) (*Result, error) {
+	want.Passing = passing
+	res, err := e.Apply(ctx, v, want)
+	if res != nil {
+		res.Steps = append(earlier.Steps, res.Steps...)
+		res.Changed = res.Changed || earlier.Changed
+	}
+	return res, err
+}
+
+// FlushPeriod is the spec's flushPeriod, defaulted as the CRD does; 0 is off.
+func (v Volume) FlushPeriod() time.Duration {
+	if v.Spec.FlushPeriod == nil {
+		return fcv1.DefaultFlushPeriod
+	}
+	return v.Spec.FlushPeriod.Duration
+}
+
+func (e *Engine) statePath(v Volume) string {
+	dir := e.StateDir
+	if dir == "" {
+		dir = DefaultStateDir
+	}
+	return filepath.Join(dir, v.Name+".json")
+}
+
+// loadState reads the volume's state; a volume never seen has an empty one.
+func (e *Engine) loadState(v Volume) (*State, error) {
+	b, err := os.ReadFile(e.statePath(v))
+	if errors.Is(err, os.ErrNotExist) {
+		return &State{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the volume's state: %w", err)
+	}
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		// A torn write (power cut) loses the schedule, not the volume: start counting again.
+		e.Log.Info("the volume's state file is unreadable: starting its schedule again", "volume", v.Name, "error", err.Error())
+		return &State{}, nil
+	}
+	return &st, nil
+}
+
+// saveState writes the state through a temporary file and a rename, so a crash leaves the old
+// state or the new one.
+func (e *Engine) saveState(v Volume, st *State) error {
+	path := e.statePath(v)
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("recording the volume's state: %w", err)
+	}
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("recording the volume's state: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("recording the volume's state: %w", err)
+	}
+	return nil
+}
+
+// forgetState removes the volume's state, at teardown.
+func (e *Engine) forgetState(v Volume) error {
+	if err := os.Remove(e.statePath(v)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing the volume's state: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,75 @@
+package engine
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestNextPass(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	period := 5 * time.Minute
+	idle := &State{PeriodFrom: t0}
+	running := &State{PeriodFrom: t0, Pass: &PassState{Reason: PassFlushPeriod, StartedAt: t0}}
+	cases := []struct {
+		name        string
+		st          *State
+		dirty       bool
+		inWriteback bool
+		period      time.Duration
+		at          time.Duration
+		flushNow    bool
+		want        passAction
+	}{
+		{"within the period", idle, true, true, period, 4 * time.Minute, false, passNothing},
+		{"period over, dirty", idle, true, true, period, 5 * time.Minute, false, passStart},
+		{"period over, clean", idle, false, true, period, 6 * time.Minute, false, passNewPeriod},
+		{"flushPeriod 0s is off", idle, true, true, 0, 48 * time.Hour, false, passNothing},
+		{"asked for, dirty", idle, true, true, period, time.Second, true, passStartRequested},
+		{"asked for, clean", idle, false, true, period, time.Second, true, passNothing},
+		{"asked for with flushPeriod off", idle, true, true, 0, time.Second, true, passStartRequested},
+		{"not in writeback: nothing to pass", idle, true, false, period, time.Hour, false, passNothing},
+		{"pass still dirty", running, true, true, period, 2 * time.Minute, false, passGoesOn},
+		{"pass clean", running, false, true, period, 2 * time.Minute, false, passEnd},
+		{"pass over its limit", running, true, true, period, 5 * time.Minute, false, passFinishInWritethrough},
+		{"a short period's pass gets the floor", running, true, true, 10 * time.Second, 30 * time.Second, false, passGoesOn},
+		{"a short period's pass past the floor", running, true, true, 10 * time.Second, passLimitFloor, false, passFinishInWritethrough},
+		{"pass and a drain's hold", running, true, false, period, time.Minute, false, passCovered},
+		{"pass and a request: one pass", running, true, true, period, time.Minute, true, passGoesOn},
+	}
+	for _, c := range cases {
+		if got := nextPass(c.st, c.dirty, c.inWriteback, c.period, t0.Add(c.at), c.flushNow); got != c.want {
+			t.Errorf("%s: %d, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+func TestStateSurvivesAndATornFileStartsAgain(t *testing.T) {
+	e := &Engine{StateDir: t.TempDir()}
+	v := Volume{Name: "db"}
+	st, err := e.loadState(v)
+	if err != nil || !st.PeriodFrom.IsZero() || st.Pass != nil {
+		t.Fatalf("a volume never seen: %+v %v", st, err)
+	}
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	want := &State{PeriodFrom: t0, Pass: &PassState{Reason: PassRequested, StartedAt: t0, DirtyAtStart: 42}}
+	if err := e.saveState(v, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := e.loadState(v)
+	if err != nil || !got.PeriodFrom.Equal(t0) || got.Pass == nil || *got.Pass != *want.Pass {
+		t.Fatalf("loaded %+v %v, want %+v", got, err, want)
+	}
+	if err := os.WriteFile(e.statePath(v), []byte(`{"periodFrom": "2026-`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.loadState(v); err != nil || !got.PeriodFrom.IsZero() {
+		t.Errorf("torn state: %+v %v, want an empty state", got, err)
+	}
+	if err := e.forgetState(v); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.forgetState(v); err != nil {
+		t.Errorf("forgetting twice: %v", err)
+	}
+}
