@@ -29,6 +29,7 @@ type agentOptions struct {
 	metricsAddr  string
 	probeAddr    string
 	holdDir      string
+	stateDir     string
 	flushTimeout time.Duration
 	requestGrace time.Duration
 	zap          zap.Options
@@ -53,6 +54,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 turns it off")
 	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8091", "address of /healthz and /readyz")
 	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded (on the host, so they outlive the pod)")
+	f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept (on the host, so it outlives the pod)")
 	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush pass; a longer flush goes on in the next")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
@@ -94,7 +96,7 @@ func runAgent(opts agentOptions) error {
 		Client:       mgr.GetClient(),
 		Secrets:      mgr.GetAPIReader(),
 		NodeName:     opts.nodeName,
-		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog}, Log: engineLog, HoldDir: opts.holdDir},
+		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog}, Log: engineLog, HoldDir: opts.holdDir, StateDir: opts.stateDir},
 		Recorder:     mgr.GetEventRecorder("flashcache-agent"),
 		Metrics:      agent.NewMetrics(metrics.Registry),
 		FlushTimeout: opts.flushTimeout,

@@ -66,7 +66,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 			return res, err
 		}
 	}
-	want.Hold = want.Hold || e.held(v)
+	want = e.desired(v, want)
 	wantsWriteback := v.Mode() == fcv1.CacheModeWriteback
 	check := e.lastCheck(v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
@@ -152,7 +152,7 @@ func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Resu
 
 // PlanOnly observes and plans without changing anything: `flashcache node plan`.
 func (e *Engine) PlanOnly(ctx context.Context, v Volume, want Desired) ([]Step, error) {
-	want.Hold = want.Hold || e.held(v)
+	want = e.desired(v, want)
 	if t := v.Spec.BackingDevice.ISCSI; t != nil {
 		// Until the login there is no LUN to look at: the login is the whole plan.
 		if s, err := blockdev.FindISCSISession(ctx, v.iscsiTarget()); err == nil && s == nil {

@@ -126,7 +126,8 @@ type Desired struct {
 	// allowed writeback yet, or the last one refused it.
 	SafetyWritethrough bool
 	// Passing writes back at full speed while the volume stays in its mode: a flush pass (the
-	// time-based one behind flushPeriod, or one asked for) is running. Converge sets it.
+	// time-based one behind flushPeriod, or one asked for) is running. The engine sets it from
+	// the volume's state.
 	Passing bool
 	// FlushNow asks Converge for a flush pass now (in writeback mode, unlike a drain's flush).
 	FlushNow bool

@@ -81,8 +81,6 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		return nil, nil, err
 	}
 	pr := &PassReport{}
-	passing := st.Pass != nil && !want.Hold && !e.held(v)
-	want.Passing = passing
 	res, err := e.Apply(ctx, v, want)
 	if err != nil || res.Status == nil || res.Status.Device == "" {
 		return res, pr, err
@@ -103,8 +101,12 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		st.Pass, st.PeriodFrom, stateChanged = nil, now, true
 	case passEnd:
 		pr.Ended = true
-		st.Pass, stateChanged = nil, true
-		if res, err = e.reapply(ctx, v, want, false, res); err != nil {
+		st.Pass = nil
+		if err := e.saveState(v, st); err != nil {
+			return res, pr, err
+		}
+		stateChanged = false
+		if res, err = e.reapply(ctx, v, want, res); err != nil {
 			return res, pr, err
 		}
 	case passFinishInWritethrough:
@@ -137,7 +139,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			return res, pr, err
 		}
 		stateChanged = false
-		if res, err = e.reapply(ctx, v, want, true, res); err != nil {
+		if res, err = e.reapply(ctx, v, want, res); err != nil {
 			return res, pr, err
 		}
 	}
@@ -200,16 +202,26 @@ func passLimit(period time.Duration) time.Duration {
 	return max(period, passLimitFloor)
 }
 
-// reapply runs Apply again with passing set or cleared, and merges its steps into the earlier
-// result, so a caller sees every change of this run.
-func (e *Engine) reapply(ctx context.Context, v Volume, want Desired, passing bool, earlier *Result) (*Result, error) {
-	want.Passing = passing
+// reapply runs Apply again after the state changed (a pass began or ended), and merges its steps
+// into the earlier result, so a caller sees every change of this run.
+func (e *Engine) reapply(ctx context.Context, v Volume, want Desired, earlier *Result) (*Result, error) {
 	res, err := e.Apply(ctx, v, want)
 	if res != nil {
 		res.Steps = append(earlier.Steps, res.Steps...)
 		res.Changed = res.Changed || earlier.Changed
 	}
 	return res, err
+}
+
+// desired completes what a caller wants with what the engine keeps on the host: a drain's hold,
+// and a flush pass under way, which every run, Converge's or a plain apply's, keeps unthrottled
+// until Converge ends it.
+func (e *Engine) desired(v Volume, want Desired) Desired {
+	want.Hold = want.Hold || e.held(v)
+	if st, err := e.loadState(v); err == nil && st.Pass != nil && !want.Hold {
+		want.Passing = true
+	}
+	return want
 }
 
 // FlushPeriod is the spec's flushPeriod, defaulted as the CRD does; 0 is off.

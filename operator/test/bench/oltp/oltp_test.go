@@ -188,7 +188,7 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 		return run, fmt.Errorf("start MariaDB: %w", err)
 	}
 	if s.kind == flashcache {
-		// What the agent (or the role's timer) does: a flush pass every flushPeriod.
+		// What the agent (or a host's flashcache node run) does: a flush pass every flushPeriod.
 		if _, err := g.script(ctx, flushPassLoop); err != nil {
 			return run, fmt.Errorf("time-based flush: %w", err)
 		}
@@ -288,24 +288,19 @@ partprobe $(readlink -f $NVME) 2>/dev/null || true
 udevadm settle
 `
 
-// flushPassLoop runs `flashcache node flush --pass` every spec.flushPeriod, as the agent does.
-const flushPassLoop = `period=$(python3 -c 'import re,sys
-m=re.search(r"flushPeriod: (\S+)", open("` + volumeFile + `").read())
-print(m.group(1) if m else "5m")')
-case $period in 0s) exit 0 ;; esac
-secs=$(python3 -c 'import re,sys
-t=sys.argv[1]; u={"s":1,"m":60,"h":3600}
-print(sum(float(n)*u[x] for n,x in re.findall(r"([0-9.]+)([smh])",t)))' "$period")
-nohup bash -c "while sleep $secs; do flashcache node flush --pass --config ` + volumeFile + ` >/dev/null 2>&1; done" >/dev/null 2>&1 &
+// flushPassLoop starts `flashcache node run`, the loop a host without Kubernetes runs (and the
+// agent's twin): flush passes every spec.flushPeriod, the cutoff once the cache has filled.
+const flushPassLoop = `nohup flashcache node run --config ` + volumeFile + ` --metrics-bind-address 0 >/var/log/flashcache-run.log 2>&1 &
 echo $! >/run/bench-flush-loop.pid
 `
 
+// stopFlushPassLoop stops the loop; a pass under way goes on in the kernel until the flush that
+// ends the run.
 const stopFlushPassLoop = `[ -f /run/bench-flush-loop.pid ] || exit 0
-kill $(cat /run/bench-flush-loop.pid) 2>/dev/null || true
-rm -f /run/bench-flush-loop.pid
-# A pass under way finishes: it restores the configured mode. (Anchored, or pgrep would match
-# this script's own command line.)
-while pgrep -f '^flashcache node flush --pass' >/dev/null; do sleep 0.2; done`
+pid=$(cat /run/bench-flush-loop.pid)
+kill $pid 2>/dev/null || true
+while kill -0 $pid 2>/dev/null; do sleep 0.2; done
+rm -f /run/bench-flush-loop.pid`
 
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")

@@ -1,0 +1,222 @@
+//go:build vm
+
+package enginevm
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The age of dirty data, measured where it matters: on the raw backing disk. A marker block is
+// written through the volume, other writes keep the volume busy and dirty, and the backing disk
+// is read directly at the marker's offset until the marker is there. `flashcache node run` (the
+// loop a host runs, the agent's twin) is restarted in between, at a moment when a schedule kept
+// in memory would start its period again and miss the bound.
+const (
+	agePeriod   = 60 * time.Second
+	ageInterval = 5 * time.Second
+	// ageRestartAt is when the loop is restarted, counted from its first start: a schedule that
+	// forgot the period would start its pass no earlier than ageRestartAt + agePeriod.
+	ageRestartAt = 50 * time.Second
+	// ageDirtyMiB of scattered 4 KiB writes keep the volume dirty: below the dirty threshold,
+	// bcache writes them back at its floor rate, a key every 2.5 s or so, so the marker reaching the
+	// disk is the pass's doing (the log says when it was not).
+	ageDirtyMiB = 8
+	// ageMarkerMiB is where the marker goes, past the scattered writes.
+	ageMarkerMiB = 3 << 10
+)
+
+// ageScript runs the whole measurement in the guest and prints one JSON object: guest times in
+// seconds, and the cache modes seen while polling.
+const ageScript = `set -eu
+cfg=/root/a-period.yaml
+dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
+rm -f /var/lib/flashcache/state/vol-a.json /root/run.log
+now() { date +%%s.%%N; }
+start_loop() { nohup flashcache node run --config $cfg --interval %[1]ds --metrics-bind-address 127.0.0.1:8090 >>/root/run.log 2>&1 & echo $! >/root/run.pid; }
+# Busy, so bcache never sees the set idle (idle, it writes back at full speed by itself).
+( while :; do dd if=/dev/urandom of=/dev/flashcache/vol-a bs=4k count=1 seek=$(( (RANDOM * 32768 + RANDOM) %% 262144 )) oflag=direct status=none; sleep 2; done ) &
+writer=$!
+trap 'kill $writer 2>/dev/null || true; [ -f /root/run.pid ] && kill $(cat /root/run.pid) 2>/dev/null || true' EXIT
+loop_started=$(now); start_loop
+for i in $(seq 100); do [ -s /var/lib/flashcache/state/vol-a.json ] && break; sleep 0.2; done
+# The floor of bcache's writeback rate, lowered so its trickle rarely reaches the marker first.
+echo 1 > $bc/writeback_rate_minimum
+fio --name=scatter --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --size=2g --io_size=%[2]dm --randrepeat=0 --output=/dev/null
+head -c 4096 /dev/urandom > /root/marker
+dd if=/root/marker of=/dev/flashcache/vol-a bs=4k seek=$(( %[3]d * 256 )) oflag=direct conv=fsync status=none
+marker_written=$(now)
+want=$(md5sum < /root/marker | cut -d' ' -f1)
+offset=$(( $(bcache-super-show %[4]s | awk '/dev.data.first_sector/ {print $2}') * 512 + %[3]d * 1048576 ))
+restarted=""; arrived=""; modes=""; percent_during=""
+before() { awk -v a="$(now)" -v b="$1" 'BEGIN { exit !(a < b) }'; }
+while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; do
+	if [ -z "$restarted" ] && ! before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[6]d }')"; then
+		kill -TERM $(cat /root/run.pid); while kill -0 $(cat /root/run.pid) 2>/dev/null; do sleep 0.1; done
+		restarted=$(now); start_loop
+	fi
+	mode=$(sed 's/.*\[\(.*\)\].*/\1/' $bc/cache_mode); modes="$modes $mode"
+	[ "$(cat $bc/writeback_percent)" = 0 ] && percent_during=0
+	got=$(dd if=%[4]s bs=4096 skip=$(( offset / 4096 )) count=1 iflag=direct status=none | md5sum | cut -d' ' -f1)
+	if [ "$got" = "$want" ]; then arrived=$(now); break; fi
+	sleep 2
+done
+# The pass under way is left to end; the loop sees it clean and restores the throttle.
+for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root/run.log && break; sleep 1; done
+sleep %[1]d
+python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())' > /root/metrics.txt
+kill $writer; wait $writer 2>/dev/null || true
+printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentZeroSeen": "%%s", "percentAfter": "%%s", "delayAfter": "%%s"}\n' \
+	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$percent_during" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)"
+`
+
+type ageResult struct {
+	LoopStarted     float64 `json:"loopStarted"`
+	MarkerWritten   float64 `json:"markerWritten"`
+	Restarted       float64 `json:"restarted"`
+	Arrived         float64 `json:"arrived"`
+	Modes           string  `json:"modes"`
+	PercentZeroSeen string  `json:"percentZeroSeen"`
+	PercentAfter    string  `json:"percentAfter"`
+	DelayAfter      string  `json:"delayAfter"`
+}
+
+func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
+	// Start clean and in writeback, with the flush period the test measures.
+	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
+		t.Fatalf("flush --pass: exit %d\n%s", code, stderr)
+	}
+	g.volumeFile(t, "a-period.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", agePeriod))
+	passLimit := max(agePeriod, time.Minute)
+	budget := agePeriod + passLimit + 3*ageInterval + 60*time.Second
+	script := fmt.Sprintf(ageScript, int(ageInterval.Seconds()), ageDirtyMiB, ageMarkerMiB, hddA.ByID(), int(budget.Seconds()), int(ageRestartAt.Seconds()))
+	out := g.sh(t, script)
+	runLog := g.sh(t, "cat /root/run.log")
+	t.Logf("flashcache node run's log:\n%s", runLog)
+	var r ageResult
+	if err := json.Unmarshal([]byte(lastLine(out)), &r); err != nil {
+		t.Fatalf("guest output: %v\n%s", err, out)
+	}
+	passStarts := logTimes(t, runLog, "flush pass started")
+	passEnds := logTimes(t, runLog, "flush pass done")
+	t.Logf("loop started at 0 s; marker written at %.1f s; loop restarted at %.1f s; passes started at %s, done at %s; marker on the backing disk at %.1f s",
+		r.MarkerWritten-r.LoopStarted, r.Restarted-r.LoopStarted, relative(passStarts, r.LoopStarted), relative(passEnds, r.LoopStarted), r.Arrived-r.LoopStarted)
+
+	if r.Restarted == 0 {
+		t.Errorf("the loop was not restarted before the marker arrived")
+	}
+	if r.Arrived == 0 {
+		t.Fatalf("the marker never reached the backing disk within %s", budget)
+	}
+	// The documented bound: flushPeriod + the pass limit + the loop's interval.
+	bound := agePeriod + passLimit + ageInterval
+	if age := time.Duration((r.Arrived - r.MarkerWritten) * float64(time.Second)); age > bound {
+		t.Errorf("the marker took %s to reach the backing disk, over the bound %s", age.Round(time.Second), bound)
+	}
+	// The restart kept the schedule: the first pass started one period after the loop's first
+	// start, not one period after the restart.
+	if len(passStarts) == 0 {
+		t.Fatalf("no flush pass started")
+	}
+	first := time.Duration((passStarts[0] - r.LoopStarted) * float64(time.Second))
+	if first > agePeriod+2*ageInterval {
+		t.Errorf("the first pass started %s after the loop's first start, want within %s: the restart at %s lost the schedule",
+			first.Round(time.Second), agePeriod+2*ageInterval, ageRestartAt)
+	}
+	if r.Arrived < passStarts[0] {
+		t.Logf("the marker reached the disk %.1f s before the pass: bcache's trickle wrote it; the bound still held", passStarts[0]-r.Arrived)
+	}
+	// In writeback the whole time, and at full speed while the pass ran; throttled again after.
+	if strings.Contains(r.Modes, "writethrough") && !strings.Contains(runLog, "finished in writethrough") {
+		t.Errorf("the volume left writeback during the pass: %s", r.Modes)
+	}
+	if strings.Contains(runLog, "finished in writethrough") {
+		t.Errorf("the pass did not get %d MiB clean within its limit %s and was finished in writethrough", ageDirtyMiB, passLimit)
+	}
+	if r.PercentZeroSeen != "0" {
+		t.Errorf("writeback_percent was never 0 while polling: the pass did not unthrottle writeback")
+	}
+	if len(passEnds) == 0 || r.PercentAfter != "40" || r.DelayAfter != "1" {
+		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s; want the pass done and 40, 1",
+			len(passEnds), r.PercentAfter, r.DelayAfter)
+	}
+	// The loop serves the agent's metrics, under the same names.
+	metrics := g.sh(t, "cat /root/metrics.txt")
+	for _, series := range []string{`flashcache_volume_dirty_bytes{volume="vol-a"}`, `flashcache_volume_flush_pass_active{volume="vol-a"} 0`, `flashcache_volume_state{state="`} {
+		if !strings.Contains(metrics, series) {
+			t.Errorf("metrics lack %s:\n%s", series, metrics)
+		}
+	}
+}
+
+// testBackgroundFlush: a flush asked for writes every dirty byte back while the volume stays in
+// writeback, and says how it went.
+func testBackgroundFlush(t *testing.T, g *guest) {
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	// Dirty, under the threshold, writeback running: bcache alone would trickle.
+	g.sh(t, "fio --name=dirty --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --size=1g --io_size=8m --randrepeat=0 --output=/dev/null")
+	before := g.sh(t, "cat "+bc+"dirty_data")
+	g.sh(t, "( while :; do sed 's/.*\\[\\(.*\\)\\].*/\\1/' "+bc+"cache_mode >> /root/modes; sleep 0.5; done ) >/dev/null 2>&1 & echo $! > /root/sampler.pid")
+	start := time.Now()
+	r, code, stderr := g.node(t, "flush", "a-period.yaml", "--background", "--wait", "--timeout", "5m")
+	g.sh(t, "kill $(cat /root/sampler.pid)")
+	modes := g.sh(t, "sort | uniq -c < /root/modes; rm -f /root/modes")
+	t.Logf("dirty %s before; flush --background --wait: exit %d in %s; cache modes sampled: %s\n%s", before, code, time.Since(start).Round(time.Second), modes, stderr)
+	if code != 0 {
+		t.Fatalf("flush --background --wait: exit %d\n%s", code, r)
+	}
+	if !strings.Contains(stderr, "flush pass (requested)") {
+		t.Errorf("no progress printed:\n%s", stderr)
+	}
+	if strings.Contains(modes, "writethrough") {
+		t.Errorf("the volume left writeback during a background flush: %s", modes)
+	}
+	if s := r.Volumes[0].Status; s == nil || s.CacheMode != "writeback" || s.State != "clean" {
+		t.Errorf("after the background flush: %+v, want clean in writeback", s)
+	}
+	if p := g.sh(t, "cat "+bc+"writeback_percent"); p != "40" {
+		t.Errorf("writeback_percent after the background flush = %s, want the spec's 40 back", p)
+	}
+	// On a clean volume it has nothing to do.
+	r, code, _ = g.node(t, "flush", "a-period.yaml", "--background")
+	if code != 0 || r.Changed {
+		t.Errorf("background flush of a clean volume: exit %d changed=%v", code, r.Changed)
+	}
+}
+
+// logTimes returns the times, in seconds since the epoch, of the log lines containing msg (zap's
+// console encoder puts an RFC 3339 time first).
+func logTimes(t *testing.T, log, msg string) []float64 {
+	t.Helper()
+	var times []float64
+	for _, line := range strings.Split(log, "\n") {
+		if !strings.Contains(line, msg) {
+			continue
+		}
+		stamp, _, _ := strings.Cut(line, "\t")
+		at, err := time.Parse(time.RFC3339Nano, stamp)
+		if err != nil {
+			t.Fatalf("log line without a time: %q", line)
+		}
+		times = append(times, float64(at.UnixNano())/1e9)
+	}
+	return times
+}
+
+func relative(times []float64, from float64) string {
+	var s []string
+	for _, at := range times {
+		s = append(s, strconv.FormatFloat(at-from, 'f', 1, 64)+" s")
+	}
+	return "[" + strings.Join(s, ", ") + "]"
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
