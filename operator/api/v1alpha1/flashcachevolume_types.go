@@ -258,8 +258,10 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:validation:Maximum=40
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
 
-	// flushPeriod is the longest dirty data may stay on the cache device only: at least this
-	// often the agent runs an unthrottled writeback pass. 0s turns time-based flushing off.
+	// flushPeriod bounds how long dirty data stays on the cache device only: this often, a flush
+	// pass writes the dirty data back at full speed while the volume stays in writeback. Data is
+	// on the backing disk within about one period and one pass (a pass still dirty after one
+	// period is finished in writethrough). 0s turns time-based flushing off.
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string

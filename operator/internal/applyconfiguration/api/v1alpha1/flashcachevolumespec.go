@@ -27,8 +27,10 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// threshold bcache writes back at full rate and passes every commit's flush to the backing
 	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
-	// flushPeriod is the longest dirty data may stay on the cache device only: at least this
-	// often the agent runs an unthrottled writeback pass. 0s turns time-based flushing off.
+	// flushPeriod bounds how long dirty data stays on the cache device only: this often, a flush
+	// pass writes the dirty data back at full speed while the volume stays in writeback. Data is
+	// on the backing disk within about one period and one pass (a pass still dirty after one
+	// period is finished in writethrough). 0s turns time-based flushing off.
 	FlushPeriod *v1.Duration `json:"flushPeriod,omitempty"`
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
 	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
