@@ -29,6 +29,10 @@ const DefaultDirtyThresholdPercent int32 = 40
 // +kubebuilder:default.
 const DefaultFlushPeriod = 5 * time.Minute
 
+// DefaultWearCheckInterval is safety.wearCheckInterval when the spec leaves it out; it must
+// match the field's +kubebuilder:default.
+const DefaultWearCheckInterval = time.Hour
+
 // ReplacementPolicy is bcache's cache_replacement_policy.
 // +kubebuilder:validation:Enum=lru;fifo;random
 type ReplacementPolicy string
@@ -209,6 +213,18 @@ type SafetySpec struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	MaxWearPercent *int32 `json:"maxWearPercent,omitempty"`
+
+	// wearCheckInterval is how often the cache device's SMART wear is read again while the
+	// volume runs: a cache that crosses maxWearPercent (or reports a critical warning) is then
+	// flushed and held in writethrough under Enforce without waiting for a reboot. 0s reads it
+	// only at the durability check, once per boot.
+	// +optional
+	// +kubebuilder:default="1h"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="wearCheckInterval must be a duration such as 30m or 1h"
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('10s') && duration(self) <= duration('168h'))",message="wearCheckInterval must be 0s (at the check only) or between 10s and 168h"
+	WearCheckInterval *metav1.Duration `json:"wearCheckInterval,omitempty"`
 }
 
 // WipeSpec is explicit consent to destroy what a device carries. Without it the agent refuses

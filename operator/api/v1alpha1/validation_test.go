@@ -198,6 +198,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"safety.policy", s.Safety.Policy, fcv1.SafetyPolicyEnforce},
 		{"safety.trustWriteCache", s.Safety.TrustWriteCache, false},
 		{"safety.maxWearPercent", deref(s.Safety.MaxWearPercent), int32(90)},
+		{"safety.wearCheckInterval", s.Safety.WearCheckInterval.Duration, fcv1.DefaultWearCheckInterval},
 		{"deletionPolicy", s.DeletionPolicy, fcv1.DeletionPolicyTeardown},
 		{"wipe", s.Wipe == nil, true},
 	}
@@ -268,6 +269,8 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"flush period not a duration", set("soon", "spec", "flushPeriod"), "spec.flushPeriod", "duration such as"},
 		{"flush period too short", set("5s", "spec", "flushPeriod"), "spec.flushPeriod", "between 10s and 24h"},
 		{"flush period too long", set("48h", "spec", "flushPeriod"), "spec.flushPeriod", "between 10s and 24h"},
+		{"wear check interval not a duration", set("hourly", "spec", "safety", "wearCheckInterval"), "spec.safety.wearCheckInterval", "duration such as"},
+		{"wear check interval too long", set("720h", "spec", "safety", "wearCheckInterval"), "spec.safety.wearCheckInterval", "between 10s and 168h"},
 		{"sequential cutoff fractional", set("1.5", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "whole number of bytes"},
 		{"sequential cutoff negative", set("-4Mi", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "whole number of bytes"},
 		{"sequential cutoff above 1Gi", set("2Gi", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "0 to 1Gi"},

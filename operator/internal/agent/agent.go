@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -225,6 +226,11 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		for _, w := range res.Warnings {
 			r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "Warning", "Apply", "%s", w)
 		}
+	}
+	if w := res.Wear; w != nil && w.BecameWorn {
+		log.Info("cache device worn while running", "reasons", w.Reasons)
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "CacheWorn", "WearCheck",
+			"the cache device crossed its wear limit while running (%s); mode now %s", strings.Join(w.Reasons, "; "), res.Status.CacheMode)
 	}
 	switch {
 	case pass.Started:

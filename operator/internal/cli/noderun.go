@@ -146,6 +146,9 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 			log.Info("warning", "warning", w)
 		}
 	}
+	if w := res.Wear; w != nil && w.BecameWorn {
+		log.Info("cache device worn while running", "reasons", w.Reasons, "cacheMode", res.Status.CacheMode)
+	}
 	switch {
 	case pass.Started:
 		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart)

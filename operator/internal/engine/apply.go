@@ -51,6 +51,8 @@ type Result struct {
 	Warnings []string     `json:"warnings,omitempty"`
 	Status   *Status      `json:"status,omitempty"`
 	Check    *CheckReport `json:"check,omitempty"`
+	// Wear is the cache device's wear read again by Converge this run, when it was due.
+	Wear *WearReading `json:"wear,omitempty"`
 }
 
 // Apply builds or adopts the volume and sets its tunables, one step at a time, observing again

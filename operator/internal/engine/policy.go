@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
@@ -36,6 +37,8 @@ type State struct {
 	PeriodFrom time.Time `json:"periodFrom"`
 	// Pass is the flush pass under way, if any.
 	Pass *PassState `json:"pass,omitempty"`
+	// WearReadAt is when the cache device's SMART wear was last read while the volume ran.
+	WearReadAt time.Time `json:"wearReadAt,omitzero"`
 }
 
 // PassState is a flush pass under way: writeback at full speed, in writeback mode, until clean.
@@ -81,7 +84,14 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		return nil, nil, err
 	}
 	pr := &PassReport{}
+	wear, wearErr := e.watchWear(ctx, v, st, now)
 	res, err := e.Apply(ctx, v, want)
+	if res != nil {
+		res.Wear = wear
+		if wearErr != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("reading the cache device's wear: %v", wearErr))
+		}
+	}
 	if err != nil || res.Status == nil || res.Status.Device == "" {
 		return res, pr, err
 	}
@@ -149,6 +159,72 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		}
 	}
 	return res, pr, nil
+}
+
+// WearReading is a reading of the cache device's wear while the volume runs.
+type WearReading struct {
+	At time.Time `json:"at"`
+	// PercentUsed is SMART's estimate of the life used, when the device gives one.
+	PercentUsed *int `json:"percentUsed,omitempty"`
+	Worn        bool `json:"worn"`
+	// BecameWorn is true on the reading that found the cache worn for the first time this boot.
+	BecameWorn bool     `json:"becameWorn,omitempty"`
+	Reasons    []string `json:"reasons,omitempty"`
+}
+
+// watchWear reads the cache device's wear again when safety.wearCheckInterval has passed since
+// the last reading (or the check), and records it in the saved check, which Apply then follows:
+// under Enforce a cache found worn is flushed and held in writethrough in the same run. Without a
+// check this boot there is nothing to update: the check reads the wear itself.
+func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time) (*WearReading, error) {
+	interval := v.WearCheckInterval()
+	check := e.lastCheck(v)
+	if interval <= 0 || check == nil {
+		return nil, nil
+	}
+	last := check.At
+	if st.WearReadAt.After(last) {
+		last = st.WearReadAt
+	}
+	if now.Sub(last) < interval {
+		return nil, nil
+	}
+	o, err := e.Observe(ctx, v)
+	if err != nil {
+		return nil, err
+	}
+	st.WearReadAt = now
+	if err := e.saveState(v, st); err != nil {
+		return nil, err
+	}
+	w := e.wear(ctx, o.Cache, maxWear(v))
+	reading := &WearReading{At: now}
+	if w != nil {
+		reading.PercentUsed, reading.Worn, reading.Reasons = w.PercentUsed, w.Worn, w.Reasons
+	}
+	reading.BecameWorn = reading.Worn && !check.Worn
+	for i := range check.Devices {
+		if check.Devices[i].Role == "cache" {
+			check.Devices[i].Wear = w
+		}
+	}
+	if reading.BecameWorn {
+		check.Worn = true
+		check.Reasons = append(check.Reasons, "cache worn while running: "+strings.Join(reading.Reasons, "; "))
+	}
+	check.WritebackAllowed = writebackAllowed(v, check)
+	if err := e.saveCheck(v, check); err != nil {
+		return reading, err
+	}
+	return reading, nil
+}
+
+// WearCheckInterval is the spec's safety.wearCheckInterval, defaulted as the CRD does; 0 is off.
+func (v Volume) WearCheckInterval() time.Duration {
+	if v.Spec.Safety.WearCheckInterval == nil {
+		return fcv1.DefaultWearCheckInterval
+	}
+	return v.Spec.Safety.WearCheckInterval.Duration
 }
 
 // passAction is what is due about flush passes.

@@ -242,6 +242,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"KilledApplyConverges", testKilledApply},
 		{"RebootAdoptsWithoutReformatting", testAdoptionAfterReboot},
 		{"TeardownRemovesOnlyWhatItMade", testTeardown},
+		{"WearCrossingTheLimitWhileRunningIsFlushedAndHeldInWritethrough", testWearWhileRunning},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, g) }) {

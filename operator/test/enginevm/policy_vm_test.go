@@ -220,3 +220,59 @@ func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
 }
+
+// testWearWhileRunning: an SSD that starts reporting a critical warning while the volume runs
+// is read again within safety.wearCheckInterval by `flashcache node run`, and the volume is
+// flushed and held in writethrough then, not at the next boot. QEMU's NVMe takes the warning at
+// run time through QMP, as a failing drive raises it.
+func testWearWhileRunning(t *testing.T, g *guest) {
+	const interval = 10 * time.Second
+	g.volumeFile(t, "e.yaml", "vol-e", cacheA.ByID(), hddA.ByID(), "  safety: {trustWriteCache: true, wearCheckInterval: 10s}\n")
+	if r, code, stderr := g.node(t, "apply", "e.yaml"); code != 0 || r.Volumes[0].Status == nil || r.Volumes[0].Status.CacheMode != "writeback" {
+		t.Fatalf("apply: exit %d %s\n%s", code, r, stderr)
+	}
+	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-e)")
+	bc := "/sys/block/" + dev + "/bcache/"
+	g.sh(t, "nohup flashcache node run --config /root/e.yaml --interval 2s --metrics-bind-address 0 >/root/run-e.log 2>&1 & echo $! >/root/run-e.pid")
+	defer g.sh(t, "kill $(cat /root/run-e.pid); while kill -0 $(cat /root/run-e.pid) 2>/dev/null; do sleep 0.2; done")
+	sum := g.sh(t, "head -c 16M /dev/urandom | tee /root/e-pattern | dd of=/dev/flashcache/vol-e bs=64k oflag=direct status=none && sha256sum < /root/e-pattern | cut -d' ' -f1")
+	if state := g.sh(t, "cat "+bc+"state"); state != "dirty" {
+		t.Fatalf("state %q after writing, want dirty", state)
+	}
+	if err := g.vm.SetNVMeCriticalWarning(g.ctx, cacheA.Serial, 1); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.vm.SetNVMeCriticalWarning(g.ctx, cacheA.Serial, 0); err != nil {
+			t.Error(err)
+		}
+	}()
+	if warning := g.sh(t, "smartctl --json -a "+cacheA.ByID()+" | python3 -c 'import json,sys; print(json.load(sys.stdin)[\"nvme_smart_health_information_log\"][\"critical_warning\"])'"); warning != "1" {
+		t.Fatalf("the guest sees critical_warning %s after QMP set it to 1", warning)
+	}
+	set := time.Now()
+	deadline := set.Add(interval + 2*time.Minute)
+	for {
+		mode, state := g.sh(t, "cat "+bc+"cache_mode"), g.sh(t, "cat "+bc+"state")
+		if strings.Contains(mode, "[writethrough]") && state == "clean" {
+			t.Logf("flushed and in writethrough %s after the warning was raised", time.Since(set).Round(time.Second))
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s after the warning: mode %q state %q; log:\n%s", time.Since(set).Round(time.Second), mode, state, g.sh(t, "cat /root/run-e.log"))
+		}
+		time.Sleep(time.Second)
+	}
+	if took := time.Since(set); took > interval+time.Minute {
+		t.Errorf("the downgrade took %s, more than the interval %s and a minute's flush", took.Round(time.Second), interval)
+	}
+	if log := g.sh(t, "cat /root/run-e.log"); !strings.Contains(log, "cache device worn while running") {
+		t.Errorf("the loop did not say the cache wore out:\n%s", log)
+	}
+	if got := g.sh(t, "dd if=/dev/flashcache/vol-e bs=1M count=16 iflag=direct status=none | sha256sum | cut -d' ' -f1"); got != sum {
+		t.Errorf("data changed by the downgrade")
+	}
+	if r, code, _ := g.node(t, "teardown", "e.yaml", "--confirm"); code != 0 {
+		t.Errorf("teardown: %s", r)
+	}
+}

@@ -176,6 +176,8 @@ type qemuConfig struct {
 	consoleLog              string
 	shares                  []Share
 	tap                     string
+	// qmpSocket, when set, is where QEMU listens for QMP (run-time changes to devices).
+	qmpSocket string
 }
 
 // qemuArgs builds the command line. -no-reboot turns a guest reboot into a QEMU exit, which the
@@ -204,6 +206,9 @@ func qemuArgs(c qemuConfig) []string {
 		// Entropy right away, so sshd and the kernel's RNG do not wait at boot.
 		"-device", "virtio-rng-pci",
 	}
+	if c.qmpSocket != "" {
+		args = append(args, "-qmp", "unix:"+escapeOpt(c.qmpSocket)+",server=on,wait=off")
+	}
 	if c.tap != "" {
 		args = append(args,
 			"-netdev", "tap,id=net1,script=no,downscript=no,ifname="+escapeOpt(c.tap),
@@ -231,7 +236,8 @@ func qemuArgs(c qemuConfig) []string {
 		case NVMe:
 			args = append(args,
 				"-drive", drive+",discard=unmap",
-				"-device", fmt.Sprintf("nvme,drive=%s,serial=%s,smart_critical_warning=%d", id, d.Serial, d.NVMeCriticalWarning))
+				// id=serial: QMP finds the device at /machine/peripheral/<serial>.
+				"-device", fmt.Sprintf("nvme,id=%s,drive=%s,serial=%s,smart_critical_warning=%d", d.Serial, id, d.Serial, d.NVMeCriticalWarning))
 		case HDD:
 			if !scsi {
 				args = append(args, "-device", "virtio-scsi-pci,id=scsi0")

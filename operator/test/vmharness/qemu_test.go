@@ -19,18 +19,19 @@ func TestQemuArgsGiveEachDiskKindItsDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	args := qemuArgs(qemuConfig{kernel: "k", initrd: "i", cmdline: "c", rootDisk: "/r.qcow2",
-		disks: disks, memoryMiB: 2048, cpus: 2, sshPort: 2222, consoleLog: "/c.log"})
+		disks: disks, memoryMiB: 2048, cpus: 2, sshPort: 2222, consoleLog: "/c.log", qmpSocket: "/work/qmp.sock"})
 	joined := strings.Join(args, " ")
 
 	for _, want := range []string{
 		"-drive if=none,id=disk0,format=raw,file=/work,,dir/disk-cache0.img,discard=unmap",
-		"-device nvme,drive=disk0,serial=cache0",
+		"-device nvme,id=cache0,drive=disk0,serial=cache0",
 		"-drive if=none,id=disk1,format=raw,file=/work,,dir/disk-slow0.img,throttling.iops-total=150,throttling.bps-total=157286400",
 		"-device scsi-hd,bus=scsi0.0,drive=disk1,serial=slow0,rotation_rate=7200,discard_granularity=0",
 		"-drive if=none,id=disk2,format=raw,file=/work,,dir/disk-slow1.img,throttling.bps-total=10485760 ",
 		"hostfwd=tcp:127.0.0.1:2222-:22",
 		"-accel tcg",
 		"-no-reboot",
+		"-qmp unix:/work/qmp.sock,server=on,wait=off",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q:\n%s", want, joined)

@@ -364,6 +364,7 @@ func (vm *VM) launch() error {
 		consoleLog: vm.console,
 		shares:     vm.opts.Shares,
 		tap:        vm.opts.Tap,
+		qmpSocket:  vm.qmpSocket(),
 	})
 	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
 	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {

@@ -247,6 +247,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: trustWriteCache
       type:
         scalar: boolean
+    - name: wearCheckInterval
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
+      default: 1h
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyStatus
   map:
     fields:

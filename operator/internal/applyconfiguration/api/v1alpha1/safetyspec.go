@@ -4,6 +4,7 @@ package v1alpha1
 
 import (
 	apiv1alpha1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	v1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // SafetySpecApplyConfiguration represents a declarative configuration of the SafetySpec type for use
@@ -22,6 +23,11 @@ type SafetySpecApplyConfiguration struct {
 	// maxWearPercent is the share of the cache device's rated life (SMART percentage used) past
 	// which it counts as worn: under Enforce a worn cache is flushed and held in writethrough.
 	MaxWearPercent *int32 `json:"maxWearPercent,omitempty"`
+	// wearCheckInterval is how often the cache device's SMART wear is read again while the
+	// volume runs: a cache that crosses maxWearPercent (or reports a critical warning) is then
+	// flushed and held in writethrough under Enforce without waiting for a reboot. 0s reads it
+	// only at the durability check, once per boot.
+	WearCheckInterval *v1.Duration `json:"wearCheckInterval,omitempty"`
 }
 
 // SafetySpecApplyConfiguration constructs a declarative configuration of the SafetySpec type for use with
@@ -59,5 +65,13 @@ func (b *SafetySpecApplyConfiguration) WithDisableBackingWriteCache(value bool) 
 // If called multiple times, the MaxWearPercent field is set to the value of the last call.
 func (b *SafetySpecApplyConfiguration) WithMaxWearPercent(value int32) *SafetySpecApplyConfiguration {
 	b.MaxWearPercent = &value
+	return b
+}
+
+// WithWearCheckInterval sets the WearCheckInterval field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the WearCheckInterval field is set to the value of the last call.
+func (b *SafetySpecApplyConfiguration) WithWearCheckInterval(value v1.Duration) *SafetySpecApplyConfiguration {
+	b.WearCheckInterval = &value
 	return b
 }
