@@ -125,4 +125,8 @@ const (
 	// It names the path so that it cannot outlive the loss it was meant for: once
 	// cacheDevice.path names a new device, it no longer applies.
 	AnnotationAcceptCacheLoss = "flashcache.io/accept-cache-loss"
+	// AnnotationBackgroundFlush, set by a person to any new value (a time, say), asks the agent
+	// for a flush pass now: the dirty data written back at full speed while the volume stays in
+	// writeback. Each new value asks once; Flushing (reason FlushPass) shows the progress.
+	AnnotationBackgroundFlush = "flashcache.io/background-flush"
 )

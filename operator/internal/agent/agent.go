@@ -212,7 +212,8 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Released", "Release",
 			"the node is schedulable and no eviction is waiting: cache mode %s restored", res.Status.CacheMode)
 	default:
-		if res, pass, err = r.Engine.Converge(ctx, v, engine.Desired{Hold: why != "" && writeback}, r.now()); err != nil {
+		want := engine.Desired{Hold: why != "" && writeback, FlushRequest: fcv.Annotations[fcv1.AnnotationBackgroundFlush]}
+		if res, pass, err = r.Engine.Converge(ctx, v, want, r.now()); err != nil {
 			return res, pass, err
 		}
 	}
@@ -244,6 +245,8 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 			pass.Elapsed.Round(time.Second), pass.WritethroughFlushSeconds)
 	case pass.Ended:
 		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed)
+		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushPassDone", "Flush",
+			"%s written back in %s, in writeback (%s)", units.Bytes(pass.DirtyAtStart), pass.Elapsed.Round(time.Second), pass.Reason)
 	}
 	return res, pass, nil
 }

@@ -197,7 +197,7 @@ const backgroundFlushPoll = 2 * time.Second
 func backgroundFlush(ctx context.Context, cmd *cobra.Command, e *engine.Engine, v engine.Volume, r *volumeReport, wait bool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	want := engine.Desired{FlushNow: true}
+	want := engine.Desired{FlushRequest: "flashcache node flush --background at " + time.Now().UTC().Format(time.RFC3339Nano)}
 	for {
 		res, pass, err := e.Converge(ctx, v, want, time.Now())
 		r.fromResult(res)
@@ -212,7 +212,7 @@ func backgroundFlush(ctx context.Context, cmd *cobra.Command, e *engine.Engine, 
 			return nil
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "%s: flush pass (%s) %s in, %s dirty\n", v.Name, pass.Reason, pass.Elapsed.Round(time.Second), mib(res.Status.DirtyBytes))
-		want.FlushNow = false
+		want.FlushRequest = ""
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("waiting for the flush pass: %w", ctx.Err())

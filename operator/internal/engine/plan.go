@@ -129,8 +129,9 @@ type Desired struct {
 	// time-based one behind flushPeriod, or one asked for) is running. The engine sets it from
 	// the volume's state.
 	Passing bool
-	// FlushNow asks Converge for a flush pass now (in writeback mode, unlike a drain's flush).
-	FlushNow bool
+	// FlushRequest asks Converge for a flush pass now (in writeback mode, unlike a drain's
+	// flush): a token, honoured once, when it differs from the last one honoured.
+	FlushRequest string
 }
 
 // Plan lists the steps that take the host from o to the volume v. It changes nothing. A refusal

@@ -37,6 +37,8 @@ type State struct {
 	PeriodFrom time.Time `json:"periodFrom"`
 	// Pass is the flush pass under way, if any.
 	Pass *PassState `json:"pass,omitempty"`
+	// FlushRequest is the last flush request honoured (Desired.FlushRequest).
+	FlushRequest string `json:"flushRequest,omitempty"`
 	// WearReadAt is when the cache device's SMART wear was last read while the volume ran.
 	WearReadAt time.Time `json:"wearReadAt,omitzero"`
 }
@@ -77,7 +79,8 @@ type PassReport struct {
 // the pass's length, and at worst by t + flushPeriod + the pass limit + the blocking flush's
 // length, plus the interval at which the caller runs Converge.
 //
-// want.FlushNow starts a pass now if the volume is dirty and none runs.
+// A new want.FlushRequest starts a pass now if the volume is dirty and none runs; a request
+// is honoured once, whatever the volume looked like then.
 func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.Time) (*Result, *PassReport, error) {
 	st, err := e.loadState(v)
 	if err != nil {
@@ -104,7 +107,11 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
 	}
-	switch next := nextPass(st, dirty, inWriteback, v.FlushPeriod(), now, want.FlushNow); next {
+	requested := want.FlushRequest != "" && want.FlushRequest != st.FlushRequest
+	if requested {
+		st.FlushRequest, stateChanged = want.FlushRequest, true
+	}
+	switch next := nextPass(st, dirty, inWriteback, v.FlushPeriod(), now, requested); next {
 	case passCovered:
 		// A drain's hold or a safety downgrade flushed the volume in writethrough meanwhile.
 		pr.Ended = true
