@@ -323,6 +323,11 @@ spec:
 		t.FailNow()
 	}
 
+	testFlushPassesThroughTheAgent(t, &policyBed{ctx: ctx, vm: vm, k8s: k8s, kubectl: kubectl, dir: dir, hdd: hdd, stateFile: stateFile, startAgent: startAgent})
+	if t.Failed() {
+		t.FailNow()
+	}
+
 	t.Run("EvictionWithoutCordonFlushesToo", func(t *testing.T) {
 		// What an autoscaler or a descheduler does: evict, with the node still schedulable.
 		sh(t, fmt.Sprintf("fio --name=dirty2 --filename=/dev/flashcache/%s --rw=randwrite --bs=4k --size=%d --io_size=8M "+
