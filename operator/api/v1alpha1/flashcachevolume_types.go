@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"time"
-
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,18 +18,6 @@ const (
 	// CacheModeWritearound sends writes to the backing device only; reads are cached.
 	CacheModeWritearound CacheMode = "writearound"
 )
-
-// DefaultDirtyThresholdPercent is dirtyThresholdPercent when the spec leaves it out; it must
-// match the field's +kubebuilder:default, which the API server and the volume file apply.
-const DefaultDirtyThresholdPercent int32 = 40
-
-// DefaultFlushPeriod is flushPeriod when the spec leaves it out; it must match the field's
-// +kubebuilder:default.
-const DefaultFlushPeriod = 5 * time.Minute
-
-// DefaultWearCheckInterval is safety.wearCheckInterval when the spec leaves it out; it must
-// match the field's +kubebuilder:default.
-const DefaultWearCheckInterval = time.Hour
 
 // ReplacementPolicy is bcache's cache_replacement_policy.
 // +kubebuilder:validation:Enum=lru;fifo;random

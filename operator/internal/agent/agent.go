@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"time"
@@ -187,7 +186,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		return nil, nil, err
 	}
 	running := before.Device != ""
-	writeback := v.Mode() == fcv1.CacheModeWriteback
+	writeback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
 
 	if why != "" && writeback && running && (!before.Held || before.DirtyBytes > 0) {
 		if !before.Held {
@@ -361,26 +360,20 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 // missing devices need a person and are looked at again slowly; other errors back off.
 func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st *report, op string, err error) (ctrl.Result, error) {
 	r.Metrics.EngineError(fcv.Name, op)
-	reason, result, ret := fcv1.ReasonApplyFailed, ctrl.Result{}, err
+	class := engine.Classify(err)
+	reason, result, ret := class.Reason, ctrl.Result{}, err
+	switch class.Retry {
+	case engine.RetrySoon:
+		result, ret = ctrl.Result{RequeueAfter: retrySessionLost}, nil
+	case engine.RetryWhenFixedElsewhere:
+		result, ret = ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
+	case engine.RetryRarely:
+		result, ret = ctrl.Result{RequeueAfter: retryRefused}, nil
+	}
 	var refusal *engine.Refusal
-	var lost *engine.SessionLostError
-	var cacheLost *engine.CacheLostError
-	var backingFailed *engine.BackingFailedError
-	switch {
-	case errors.As(err, &lost):
-		reason, result, ret = fcv1.ReasonISCSISessionLost, ctrl.Result{RequeueAfter: retrySessionLost}, nil
-	case errors.As(err, &cacheLost):
-		// Before DeviceMissing, which it wraps: the message says what became of dirty data.
-		reason, result, ret = cacheLost.Reason(), ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
-	case errors.As(err, &backingFailed):
-		reason, result, ret = fcv1.ReasonBackingDeviceErrors, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
-	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
-		// The agent may get Secrets but not watch them: a corrected one is noticed by trying again.
-		reason, result, ret = refusal.Reason, ctrl.Result{RequeueAfter: retryFixedElsewhere}, nil
-	case errors.As(err, &refusal):
-		reason, result, ret = fcv1.ReasonRefused, ctrl.Result{RequeueAfter: retryRefused}, nil
-	case errors.Is(err, blockdev.ErrNotFound) || errors.Is(err, os.ErrNotExist):
-		reason, result, ret = fcv1.ReasonDeviceMissing, ctrl.Result{RequeueAfter: retryRefused}, nil
+	if errors.As(err, &refusal) && class.Retry == engine.RetryRarely {
+		// Conditions say Refused; the refusal's own reason is in the message.
+		reason = fcv1.ReasonRefused
 	}
 	logf.FromContext(ctx).Error(err, "engine run failed", "operation", op, "reason", reason)
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, reason, op, "%s: %v", op, err)
@@ -390,7 +383,8 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	// A lost cache is only ever reported of a volume the engine built (the backing disk carries
 	// its label), whatever the object read from the informer cache says: under load that object
 	// can predate the agent's own write of Provisioned=True, and the volume then stayed Failed.
-	built := cacheLost != nil
+	var cacheLost *engine.CacheLostError
+	built := errors.As(err, &cacheLost)
 	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); built || (p != nil && p.Status == metav1.ConditionTrue) {
 		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
 		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())

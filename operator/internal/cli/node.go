@@ -260,26 +260,13 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 		found = true
 		r := volumeReport{Name: v.Name}
 		if err := lockedAct(ctx, e, v, &r, act); err != nil {
-			r.Error = &reportError{Message: err.Error()}
-			var refusal *engine.Refusal
-			var lost *engine.SessionLostError
-			var cacheLost *engine.CacheLostError
-			var backingFailed *engine.BackingFailedError
-			switch {
-			case errors.As(err, &refusal):
-				r.Error.Reason, r.Error.Field = refusal.Reason, refusal.Field
-			case errors.As(err, &lost):
-				r.Error.Reason, r.Error.Field = fcv1.ReasonISCSISessionLost, "backingDevice.iscsi"
-			case errors.As(err, &cacheLost):
-				r.Error.Reason, r.Error.Field = cacheLost.Reason(), "cacheDevice.path"
-				if r.Status == nil {
-					r.Status = cacheLost.Status
-				}
-			case errors.As(err, &backingFailed):
-				r.Error.Reason, r.Error.Field = fcv1.ReasonBackingDeviceErrors, "backingDevice.path"
-				if r.Status == nil {
-					r.Status = backingFailed.Status
-				}
+			class := engine.Classify(err)
+			r.Error = &reportError{Message: err.Error(), Field: class.Field}
+			if class.Reason != fcv1.ReasonApplyFailed {
+				r.Error.Reason = class.Reason
+			}
+			if r.Status == nil {
+				r.Status = class.Status
 			}
 			report.Failed = true
 		}

@@ -69,7 +69,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		}
 	}
 	want = e.desired(v, want)
-	wantsWriteback := v.Mode() == fcv1.CacheModeWriteback
+	wantsWriteback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
 	check := e.lastCheck(v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
 	o, err := e.converge(ctx, v, want, res)
@@ -204,7 +204,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			if o.CachePart == nil {
 				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 			}
-			policy := replacementPolicyOf(v)
+			policy := string(v.Spec.EffectiveReplacementPolicy())
 			if policy == string(fcv1.ReplacementPolicyRandom) { // make-bcache knows lru and fifo; sysfs sets random
 				policy = string(fcv1.ReplacementPolicyLRU)
 			}

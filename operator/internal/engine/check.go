@@ -76,14 +76,14 @@ func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
 	cacheBlank := len(o.CacheSigs) == 0 && len(o.Cache.Partitions) == 0
 	backingBlank := len(o.BackingSigs) == 0
 
-	rep := &CheckReport{Volume: v.Name, BootID: bootID(), At: time.Now().UTC(), Policy: string(policyOf(v))}
+	rep := &CheckReport{Volume: v.Name, BootID: bootID(), At: time.Now().UTC(), Policy: string(v.Spec.Safety.EffectivePolicy())}
 	cache := e.checkDevice(ctx, "cache", o.Cache, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
 		if cacheOurs || cacheBlank {
 			return safety.CacheScratchOffset, safety.CacheScratchBytes, ""
 		}
 		return 0, 0, "the device carries data that is not this volume's: nothing is written to it"
 	})
-	cache.Wear = e.wear(ctx, o.Cache, maxWear(v))
+	cache.Wear = e.wear(ctx, o.Cache, int(v.Spec.Safety.EffectiveMaxWearPercent()))
 	if cache.Wear != nil && cache.Wear.Worn {
 		rep.Worn = true
 		cache.Reasons = append(cache.Reasons, cache.Wear.Reasons...)
@@ -148,7 +148,7 @@ func (e *Engine) lastCheck(v Volume) *CheckReport {
 		return nil
 	}
 	// The policy may have changed since; the measurements have not.
-	rep.Policy = string(policyOf(v))
+	rep.Policy = string(v.Spec.Safety.EffectivePolicy())
 	rep.WritebackAllowed = writebackAllowed(v, &rep)
 	return &rep
 }
@@ -156,7 +156,7 @@ func (e *Engine) lastCheck(v Volume) *CheckReport {
 // writebackAllowed is what the spec's policy makes of a check: Warn allows writeback whatever
 // was found, Enforce only on devices that are not Unsafe and a cache that is not worn.
 func writebackAllowed(v Volume, rep *CheckReport) bool {
-	return policyOf(v) == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	return v.Spec.Safety.EffectivePolicy() == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
 }
 
 func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {
@@ -171,20 +171,6 @@ func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {
 		return fmt.Errorf("recording the check: %w", err)
 	}
 	return nil
-}
-
-func policyOf(v Volume) fcv1.SafetyPolicy {
-	if v.Spec.Safety.Policy == "" {
-		return fcv1.SafetyPolicyEnforce
-	}
-	return v.Spec.Safety.Policy
-}
-
-func maxWear(v Volume) int {
-	if p := v.Spec.Safety.MaxWearPercent; p != nil {
-		return int(*p)
-	}
-	return 90
 }
 
 func bootID() string {

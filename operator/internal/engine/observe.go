@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 
-	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
@@ -208,22 +207,6 @@ func ours(v Volume, o *Observation) (cache, backing bool) {
 	backing = o.BackingSB != nil && !o.BackingSB.IsCache() &&
 		(o.BackingSB.Label() == label || (o.BackingSB.Label() == "" && set != "" && o.BackingSB.SetUUID() == set))
 	return cache, backing
-}
-
-// Mode is the spec's cache mode, defaulted as the CRD does.
-func (v Volume) Mode() fcv1.CacheMode {
-	if v.Spec.Mode == "" {
-		return fcv1.CacheModeWriteback
-	}
-	return v.Spec.Mode
-}
-
-// replacementPolicyOf is the spec's replacement policy, defaulted as the CRD does.
-func replacementPolicyOf(v Volume) string {
-	if v.Spec.ReplacementPolicy == "" {
-		return string(fcv1.ReplacementPolicyLRU)
-	}
-	return string(v.Spec.ReplacementPolicy)
 }
 
 func hasType(sigs []blockdev.Signature, typ string) bool {

@@ -185,7 +185,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			}
 			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
 		}
-		start, end, err := cachePartition(o.Cache.SizeBytes, v.overProvisionPercent())
+		start, end, err := cachePartition(o.Cache.SizeBytes, int64(v.Spec.EffectiveOverProvisionPercent()))
 		if err != nil {
 			return nil, err
 		}
@@ -329,7 +329,7 @@ func guard(v Volume, o *Observation) error {
 		}
 	}
 	if o.CachePart != nil && o.CachePartName == v.Label() {
-		_, end, err := cachePartition(o.Cache.SizeBytes, v.overProvisionPercent())
+		_, end, err := cachePartition(o.Cache.SizeBytes, int64(v.Spec.EffectiveOverProvisionPercent()))
 		if err == nil && o.CachePart.SizeBytes > (end+1)*sectorSize {
 			return &Refusal{Reason: ReasonPartitionMismatch, Field: "cacheDevice.overProvisionPercent",
 				Message: fmt.Sprintf("%s is larger than this over-provisioning allows; it was partitioned with another value", o.CachePart.DevPath)}
@@ -369,11 +369,8 @@ const fillUntilUnusedPercent = 10
 // effectiveSequentialCutoff is the sequential cutoff the volume should have now: 0 while the
 // cache is filling (cacheUnusedPercent of -1 means unknown, and then the spec's cutoff holds).
 func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int) int64 {
-	cutoff := int64(4 << 20)
-	if v.Spec.SequentialCutoff != nil {
-		cutoff = v.Spec.SequentialCutoff.Value()
-	}
-	fill := v.Spec.CacheSequentialUntilFull == nil || *v.Spec.CacheSequentialUntilFull
+	cutoff := v.Spec.EffectiveSequentialCutoffBytes()
+	fill := v.Spec.EffectiveCacheSequentialUntilFull()
 	if fill && cacheUnusedPercent > fillUntilUnusedPercent {
 		return 0
 	}
@@ -383,14 +380,11 @@ func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int) int64 {
 // tunables are the backing device's knobs as the spec wants them, given how much of the cache
 // device is still unused.
 func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
-	mode := string(v.Mode())
+	mode := string(v.Spec.EffectiveMode())
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}
-	percent := fcv1.DefaultDirtyThresholdPercent
-	if v.Spec.DirtyThresholdPercent != nil {
-		percent = *v.Spec.DirtyThresholdPercent
-	}
+	percent := v.Spec.EffectiveDirtyThresholdPercent()
 	delay := writebackDelay
 	if want.Passing {
 		// No target (so no throttle, and writeback at idle I/O priority, below the database's
@@ -434,7 +428,7 @@ const (
 // cacheTunables are the cache device's and its cache set's knobs as the volume wants them.
 func cacheTunables(v Volume) []tunable {
 	return []tunable{
-		{"cache_replacement_policy", replacementPolicyOf(v), choice(replacementPolicyOf(v))},
+		{"cache_replacement_policy", string(v.Spec.EffectiveReplacementPolicy()), choice(string(v.Spec.EffectiveReplacementPolicy()))},
 		// A failed cache set is unregistered, never a kernel panic: one volume's SSD must not take
 		// the node and its other volumes down.
 		{"set/errors", "unregister", choice("unregister")},

@@ -111,7 +111,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if requested {
 		st.FlushRequest, stateChanged = want.FlushRequest, true
 	}
-	switch next := nextPass(st, dirty, inWriteback, v.FlushPeriod(), now, requested); next {
+	switch next := nextPass(st, dirty, inWriteback, v.Spec.EffectiveFlushPeriod(), now, requested); next {
 	case passCovered:
 		// A drain's hold or a safety downgrade flushed the volume in writethrough meanwhile.
 		pr.Ended = true
@@ -184,7 +184,7 @@ type WearReading struct {
 // under Enforce a cache found worn is flushed and held in writethrough in the same run. Without a
 // check this boot there is nothing to update: the check reads the wear itself.
 func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time) (*WearReading, error) {
-	interval := v.WearCheckInterval()
+	interval := v.Spec.Safety.EffectiveWearCheckInterval()
 	check := e.lastCheck(v)
 	if interval <= 0 || check == nil {
 		return nil, nil
@@ -204,7 +204,7 @@ func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Ti
 	if err := e.saveState(v, st); err != nil {
 		return nil, err
 	}
-	w := e.wear(ctx, o.Cache, maxWear(v))
+	w := e.wear(ctx, o.Cache, int(v.Spec.Safety.EffectiveMaxWearPercent()))
 	reading := &WearReading{At: now}
 	if w != nil {
 		reading.PercentUsed, reading.Worn, reading.Reasons = w.PercentUsed, w.Worn, w.Reasons
@@ -224,14 +224,6 @@ func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Ti
 		return reading, err
 	}
 	return reading, nil
-}
-
-// WearCheckInterval is the spec's safety.wearCheckInterval, defaulted as the CRD does; 0 is off.
-func (v Volume) WearCheckInterval() time.Duration {
-	if v.Spec.Safety.WearCheckInterval == nil {
-		return fcv1.DefaultWearCheckInterval
-	}
-	return v.Spec.Safety.WearCheckInterval.Duration
 }
 
 // passAction is what is due about flush passes.
@@ -305,14 +297,6 @@ func (e *Engine) desired(v Volume, want Desired) Desired {
 		want.Passing = true
 	}
 	return want
-}
-
-// FlushPeriod is the spec's flushPeriod, defaulted as the CRD does; 0 is off.
-func (v Volume) FlushPeriod() time.Duration {
-	if v.Spec.FlushPeriod == nil {
-		return fcv1.DefaultFlushPeriod
-	}
-	return v.Spec.FlushPeriod.Duration
 }
 
 func (e *Engine) statePath(v Volume) string {

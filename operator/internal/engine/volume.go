@@ -56,10 +56,3 @@ func (v Volume) StablePath() string { return filepath.Join(StableDir, v.Name) }
 
 // StableDir holds the engine's links to bcache devices.
 var StableDir = "/dev/flashcache"
-
-func (v Volume) overProvisionPercent() int64 {
-	if p := v.Spec.CacheDevice.OverProvisionPercent; p != nil {
-		return int64(*p)
-	}
-	return 20
-}

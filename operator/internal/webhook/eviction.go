@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
-	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
@@ -133,7 +132,7 @@ func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([
 // needsFlush: a writeback volume, or one whose device still runs in writeback, may hold data
 // that is on the cache device only.
 func needsFlush(fcv *fcv1.FlashCacheVolume) bool {
-	if engine.VolumeOf(fcv).Mode() == fcv1.CacheModeWriteback {
+	if fcv.Spec.EffectiveMode() == fcv1.CacheModeWriteback {
 		return true
 	}
 	if d := fcv.Status.Device; d != nil && d.CacheMode == fcv1.CacheModeWriteback {

@@ -44,7 +44,10 @@ type policyBed struct {
 	startAgent func(*testing.T)
 }
 
-func (b *policyBed) sh(t *testing.T, cmd string) string { t.Helper(); return guest(t, b.ctx, b.vm, cmd) }
+func (b *policyBed) sh(t *testing.T, cmd string) string {
+	t.Helper()
+	return guest(t, b.ctx, b.vm, cmd)
+}
 
 func (b *policyBed) guestNow(t *testing.T) float64 {
 	t.Helper()

@@ -19,7 +19,6 @@ import (
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/agent"
 	fcv1ac "github.com/flashcache/flashcache/operator/internal/applyconfiguration/api/v1alpha1"
-	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
 // simulationSentence is what the output says the simulated agent is.
@@ -100,7 +99,7 @@ func readyStatus(fcv *fcv1.FlashCacheVolume, now metav1.Time) *fcv1ac.FlashCache
 	gen := fcv.Generation
 	device := fmt.Sprintf("bcache-sim-%s", fcv.Name)
 	path := "/dev/flashcache/" + fcv.Name
-	mode := engine.VolumeOf(fcv).Mode()
+	mode := fcv.Spec.EffectiveMode()
 	status := fcv1ac.FlashCacheVolumeStatus().
 		WithObservedGeneration(gen).
 		WithDevice(fcv1ac.DeviceStatus().WithName(device).WithPath(path).

@@ -1,0 +1,98 @@
+package v1alpha1
+
+import "time"
+
+// The defaults of the spec, once. Each must match its field's +kubebuilder:default, which the
+// API server (and `flashcache node`, through the embedded CRD) fills in; the API tests check
+// each against a real API server. Code that reads a spec not defaulted by either (a unit test, an
+// object built in memory) uses the Effective methods below, never a literal of its own.
+const (
+	DefaultOverProvisionPercent int32 = 20
+	DefaultMode                       = CacheModeWriteback
+	// DefaultDirtyThresholdPercent is 40, not bcache's 10: above the threshold bcache writes back
+	// at full rate and passes every commit's flush to the backing disk (docs/benchmarks.md).
+	DefaultDirtyThresholdPercent int32 = 40
+	DefaultFlushPeriod                 = 5 * time.Minute
+	DefaultSequentialCutoffBytes int64 = 4 << 20
+	DefaultReplacementPolicy           = ReplacementPolicyLRU
+	DefaultSafetyPolicy                = SafetyPolicyEnforce
+	DefaultMaxWearPercent        int32 = 90
+	DefaultWearCheckInterval           = time.Hour
+)
+
+// EffectiveMode is spec.mode, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveMode() CacheMode {
+	if s.Mode == "" {
+		return DefaultMode
+	}
+	return s.Mode
+}
+
+// EffectiveOverProvisionPercent is spec.cacheDevice.overProvisionPercent, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveOverProvisionPercent() int32 {
+	if p := s.CacheDevice.OverProvisionPercent; p != nil {
+		return *p
+	}
+	return DefaultOverProvisionPercent
+}
+
+// EffectiveDirtyThresholdPercent is spec.dirtyThresholdPercent, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveDirtyThresholdPercent() int32 {
+	if p := s.DirtyThresholdPercent; p != nil {
+		return *p
+	}
+	return DefaultDirtyThresholdPercent
+}
+
+// EffectiveFlushPeriod is spec.flushPeriod, or its default; 0 is off.
+func (s *FlashCacheVolumeSpec) EffectiveFlushPeriod() time.Duration {
+	if s.FlushPeriod == nil {
+		return DefaultFlushPeriod
+	}
+	return s.FlushPeriod.Duration
+}
+
+// EffectiveSequentialCutoffBytes is spec.sequentialCutoff in bytes, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveSequentialCutoffBytes() int64 {
+	if s.SequentialCutoff != nil {
+		return s.SequentialCutoff.Value()
+	}
+	return DefaultSequentialCutoffBytes
+}
+
+// EffectiveCacheSequentialUntilFull is spec.cacheSequentialUntilFull, or its default (true).
+func (s *FlashCacheVolumeSpec) EffectiveCacheSequentialUntilFull() bool {
+	return s.CacheSequentialUntilFull == nil || *s.CacheSequentialUntilFull
+}
+
+// EffectiveReplacementPolicy is spec.replacementPolicy, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveReplacementPolicy() ReplacementPolicy {
+	if s.ReplacementPolicy == "" {
+		return DefaultReplacementPolicy
+	}
+	return s.ReplacementPolicy
+}
+
+// EffectivePolicy is spec.safety.policy, or its default.
+func (s *SafetySpec) EffectivePolicy() SafetyPolicy {
+	if s.Policy == "" {
+		return DefaultSafetyPolicy
+	}
+	return s.Policy
+}
+
+// EffectiveMaxWearPercent is spec.safety.maxWearPercent, or its default.
+func (s *SafetySpec) EffectiveMaxWearPercent() int32 {
+	if p := s.MaxWearPercent; p != nil {
+		return *p
+	}
+	return DefaultMaxWearPercent
+}
+
+// EffectiveWearCheckInterval is spec.safety.wearCheckInterval, or its default; 0 is off.
+func (s *SafetySpec) EffectiveWearCheckInterval() time.Duration {
+	if s.WearCheckInterval == nil {
+		return DefaultWearCheckInterval
+	}
+	return s.WearCheckInterval.Duration
+}
