@@ -176,49 +176,38 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		return e.wipeAll(ctx, o.Backing)
 	case StepPartitionCache:
 		if s.Discard {
-			discard := e.Run
-			discard.Timeout = discardTimeout
-			if _, err := discard.Run(ctx, "blkdiscard", "--force", o.Cache.DevPath); err != nil {
+			if err := e.Run.Discard(ctx, o.Cache.DevPath, discardTimeout); err != nil {
 				return err
 			}
 		}
-		if _, err := e.Run.Run(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
+		if err := e.Run.ZapPartitionTable(ctx, o.Cache.DevPath); err != nil {
 			return err
 		}
-		if _, err := e.Run.Run(ctx, "sgdisk",
-			fmt.Sprintf("--new=1:%d:%d", s.Start, s.End),
-			"--typecode=1:8300",
-			"--change-name=1:"+s.Label,
-			o.Cache.DevPath); err != nil {
+		if err := e.Run.CreatePartition(ctx, o.Cache.DevPath, s.Start, s.End, s.Label); err != nil {
 			return err
 		}
 		return e.waitForPartition(ctx, o.Cache)
 	case StepRereadTable:
-		if _, err := e.Run.Run(ctx, "blockdev", "--rereadpt", o.Cache.DevPath); err != nil {
+		if err := e.Run.RereadPartitionTable(ctx, o.Cache.DevPath); err != nil {
 			return err
 		}
 		return e.waitForPartition(ctx, o.Cache)
 	case StepMakeBcache, StepMakeCache, StepMakeBacking:
-		args := []string{}
+		m := blockdev.MakeBcache{CacheSetUUID: s.Value}
 		if s.Kind != StepMakeBacking {
 			if o.CachePart == nil {
 				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 			}
-			policy := string(v.Spec.EffectiveReplacementPolicy())
-			if policy == string(fcv1.ReplacementPolicyRandom) { // make-bcache knows lru and fifo; sysfs sets random
-				policy = string(fcv1.ReplacementPolicyLRU)
+			m.CacheDevPath, m.ReplacementPolicy = o.CachePart.DevPath, string(v.Spec.EffectiveReplacementPolicy())
+			if m.ReplacementPolicy == string(fcv1.ReplacementPolicyRandom) { // make-bcache knows lru and fifo; sysfs sets random
+				m.ReplacementPolicy = string(fcv1.ReplacementPolicyLRU)
 			}
-			args = append(args, "--cache_replacement_policy="+policy, "-C", o.CachePart.DevPath)
 		}
 		if s.Kind != StepMakeCache {
 			// Data from 2 MiB: the gap after the superblock is the durability probe's scratch.
-			args = append(args, "--data-offset", strconv.Itoa(safety.BackingDataOffsetSectors), "-B", o.Backing.DevPath)
+			m.BackingDevPath, m.DataOffsetSectors = o.Backing.DevPath, safety.BackingDataOffsetSectors
 		}
-		if s.Value != "" {
-			args = append(args, "--cset-uuid", s.Value)
-		}
-		_, err := e.Run.Run(ctx, "make-bcache", args...)
-		return err
+		return e.Run.MakeBcache(ctx, m)
 	case StepRegisterCache:
 		if o.CachePart == nil {
 			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
@@ -307,15 +296,15 @@ func (e *Engine) setAndVerify(dir string, s Step) error {
 // kernel forget the old partitions. Called only with the spec's consent.
 func (e *Engine) wipeAll(ctx context.Context, d blockdev.Device) error {
 	for _, p := range d.Partitions {
-		if _, err := e.Run.Run(ctx, "wipefs", "--all", "--force", "/dev/"+p); err != nil {
+		if err := e.Run.WipeSignatures(ctx, "/dev/"+p, true); err != nil {
 			return err
 		}
 	}
-	if _, err := e.Run.Run(ctx, "wipefs", "--all", "--force", d.DevPath); err != nil {
+	if err := e.Run.WipeSignatures(ctx, d.DevPath, true); err != nil {
 		return err
 	}
 	if len(d.Partitions) > 0 {
-		if _, err := e.Run.Run(ctx, "partx", "--delete", d.DevPath); err != nil {
+		if err := e.Run.ForgetPartitions(ctx, d.DevPath); err != nil {
 			return err
 		}
 	}

@@ -129,7 +129,7 @@ func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device
 // wear reads SMART; smartctl's exit status is a bit mask that is non-zero for a worn device, so
 // its output is read whatever it exits with.
 func (e *Engine) wear(ctx context.Context, d blockdev.Device, maxPercent int) *safety.Wear {
-	out, _ := e.Run.Run(ctx, "smartctl", "--json", "--all", "/dev/"+d.Disk())
+	out, _ := e.Run.SmartJSON(ctx, "/dev/"+d.Disk())
 	w, err := safety.ParseSmart([]byte(out), maxPercent)
 	if err != nil {
 		return nil

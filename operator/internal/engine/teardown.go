@@ -117,16 +117,16 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 	}
 	if backingOurs {
-		if err := e.whenReleased(ctx, "wipefs", "--all", "--types", "bcache", o.Backing.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeBcacheSignature(ctx, o.Backing.DevPath) }); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
 	}
 	if cacheOurs {
-		if err := e.whenReleased(ctx, "wipefs", "--all", o.CachePart.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeSignatures(ctx, o.CachePart.DevPath, false) }); err != nil {
 			return res, err
 		}
-		if err := e.whenReleased(ctx, "sgdisk", "--zap-all", o.Cache.DevPath); err != nil {
+		if err := e.whenReleased(ctx, "sgdisk", func() error { return e.Run.ZapPartitionTable(ctx, o.Cache.DevPath) }); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
@@ -155,10 +155,10 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 
 // whenReleased runs a command that needs the device to itself, retrying while the kernel still
 // holds it: bcache closes its devices asynchronously after stop and unregister.
-func (e *Engine) whenReleased(ctx context.Context, name string, args ...string) error {
+func (e *Engine) whenReleased(ctx context.Context, name string, run func() error) error {
 	var last error
 	err := e.waitUntil(ctx, name+" on a released device", func() (bool, error) {
-		_, err := e.Run.Run(ctx, name, args...)
+		err := run()
 		var ce *blockdev.CommandError
 		if errors.As(err, &ce) && strings.Contains(strings.ToLower(ce.Stderr), "busy") {
 			last = err

@@ -12,6 +12,9 @@ import (
 )
 
 // KernelViewOf reads what the block layer believes about a device.
+// nvmeFeatureVolatileWriteCache is NVMe's feature 0x06.
+const nvmeFeatureVolatileWriteCache = 6
+
 func KernelViewOf(d blockdev.Device) KernelView {
 	return KernelView{WriteCache: d.WriteCache, FUA: d.FUA, Rotational: d.Rotational, DiscardMaxBytes: d.DiscardMaxBytes}
 }
@@ -22,8 +25,8 @@ func DeviceViewOf(ctx context.Context, r blockdev.Runner, d blockdev.Device) Dev
 	disk := d.Disk()
 	if strings.HasPrefix(disk, "nvme") {
 		ctrl := "/dev/" + nvmeController(disk)
-		idCtrl, err1 := r.Run(ctx, "nvme", "id-ctrl", ctrl, "--output-format=json")
-		feature, err2 := r.Run(ctx, "nvme", "get-feature", ctrl, "--feature-id=6")
+		idCtrl, err1 := r.NVMeIdentifyController(ctx, ctrl)
+		feature, err2 := r.NVMeGetFeature(ctx, ctrl, nvmeFeatureVolatileWriteCache)
 		if err1 == nil && err2 == nil {
 			if v, err := ParseNVMe(idCtrl, feature); err == nil {
 				return v
@@ -33,11 +36,11 @@ func DeviceViewOf(ctx context.Context, r blockdev.Runner, d blockdev.Device) Dev
 	}
 	// sdparm exits non-zero when a device lacks saved values (QEMU's disks do) but still
 	// prints the current one, so its output is read whatever it exits with.
-	out, _ := r.Run(ctx, "sdparm", "--get=WCE", "/dev/"+disk)
+	out, _ := r.SCSIWriteCacheEnabled(ctx, "/dev/"+disk)
 	if v, err := ParseSdparmWCE(out); err == nil {
 		return v
 	}
-	if out, err := r.Run(ctx, "hdparm", "-W", "/dev/"+disk); err == nil {
+	if out, err := r.ATAWriteCache(ctx, "/dev/"+disk); err == nil {
 		if v, err := ParseHdparmW(out); err == nil {
 			return v
 		}
