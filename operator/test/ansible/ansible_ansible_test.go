@@ -311,6 +311,8 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 		}
 	})
 
+	t.Run("TheHostsLoopFlushesEveryPeriodAndSwitchesTheCutoffWithoutAPlaybook", func(t *testing.T) { testHostLoop(t, b, nvme, hdd) })
+
 	t.Run("DatabaseSettingsRole", func(t *testing.T) {
 		play := filepath.Join(testenv.RepoRoot(), "operator", "test", "ansible", "testdata", "mysql-settings.yml")
 		out, r, ok := b.playbook(t, play)
@@ -541,4 +543,81 @@ func tail(out string) string {
 		lines = lines[len(lines)-60:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// testHostLoop: flashcache-run.service, which the role installs, keeps converging the volume on
+// the host as the agent does on a node. Its dirty data reaches the backing disk within the flush
+// period's bound, measured on the raw disk across a restart of the service, and the sequential
+// cutoff switches on once the cache has filled, with no playbook run in between.
+func testHostLoop(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
+	const period, limit, interval = 30 * time.Second, time.Minute, 10 * time.Second
+	if got := b.sh(t, "systemctl is-active flashcache-run.service"); got != "active" {
+		t.Fatalf("flashcache-run.service is %s after the boot, want active", got)
+	}
+	metrics := b.sh(t, `python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())'`)
+	if !strings.Contains(metrics, `flashcache_volume_dirty_bytes{volume="`+volumeName+`"}`) {
+		t.Errorf("the host's metrics lack the volume's dirty bytes:\n%s", metrics)
+	}
+	// The same volume with a flush period, through the role: the loop reads the file it writes.
+	volumes := fmt.Sprintf(`{"flashcache_volumes": [{"name": %q, "cacheDevice": {"path": %q}, "backingDevice": {"path": %q}, `+
+		`"mode": "writeback", "dirtyThresholdPercent": 40, "flushPeriod": "%s"}]}`, volumeName, nvme.ByID(), hdd.ByID(), period)
+	if out, r, ok := b.playbook(t, "provision.yml", "-e", volumes); !ok || r.failed != 0 {
+		t.Fatalf("provision with a flush period: ok=%v, recap %+v\n%s", ok, r, tail(out))
+	}
+	bc := "/sys/block/$(basename $(readlink -f /dev/flashcache/" + volumeName + "))/bcache/"
+	// Busy, so bcache never sees the set idle (and writes back at full speed by itself); the
+	// floor of its rate lowered, so its trickle rarely reaches the marker first.
+	b.sh(t, "echo 1 > "+bc+"writeback_rate_minimum")
+	b.sh(t, "( while :; do dd if=/dev/urandom of=/dev/flashcache/"+volumeName+" bs=4k count=1 seek=$(( RANDOM * 2 )) oflag=direct status=none; sleep 2; done ) "+
+		">/dev/null 2>&1 </dev/null & echo $! >/root/busy.pid")
+	defer b.sh(t, "kill $(cat /root/busy.pid) || true")
+	// Not b.dirty: a pass may already be writing this back when it returns.
+	b.sh(t, "fio --name=dirty --filename=/dev/flashcache/"+volumeName+" --rw=randwrite --bs=4k --size=256M --io_size=4M --direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null")
+	b.sh(t, "head -c 4096 /dev/urandom >/root/marker && dd if=/root/marker of=/dev/flashcache/"+volumeName+" bs=4k seek=$(( 1536 * 256 )) oflag=direct conv=fsync status=none")
+	written := time.Now()
+	want := b.sh(t, "md5sum </root/marker | cut -d' ' -f1")
+	read := "dd if=" + hdd.ByID() + " bs=4096 skip=$(( ($(bcache-super-show " + hdd.ByID() + " | awk '/dev.data.first_sector/ {print $2}') * 512 + 1536 * 1048576) / 4096 )) count=1 iflag=direct status=none | md5sum | cut -d' ' -f1"
+	restarted := false
+	var arrived time.Duration
+	for deadline := written.Add(period + limit + interval + time.Minute); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
+		if !restarted && time.Since(written) > 5*time.Second {
+			b.sh(t, "systemctl restart flashcache-run.service")
+			restarted = true
+		}
+		if b.sh(t, read) == want {
+			arrived = time.Since(written)
+			break
+		}
+	}
+	log := b.sh(t, "journalctl -u flashcache-run.service -o cat --no-pager | tail -n 20")
+	if arrived == 0 {
+		t.Fatalf("the marker never reached the backing disk; the service's log:\n%s", log)
+	}
+	t.Logf("the marker reached the backing disk %s after it was written (the service restarted 5 s in)", arrived.Round(time.Second))
+	if bound := period + limit + interval; arrived > bound {
+		t.Errorf("the marker took %s, over the bound %s", arrived.Round(time.Second), bound)
+	}
+	if !strings.Contains(log, "flush pass started") {
+		t.Errorf("the service's log shows no flush pass:\n%s", log)
+	}
+
+	// Fill the cache with one sequential stream: cached while the cache fills (the cutoff is 0
+	// meanwhile), then the loop sets the spec's 4 MiB cutoff by itself.
+	if got := b.sh(t, "cat "+bc+"sequential_cutoff"); got != "0.0k" {
+		t.Fatalf("sequential_cutoff %s before the cache filled, want 0 (cacheSequentialUntilFull)", got)
+	}
+	b.sh(t, "dd if=/dev/zero of=/dev/flashcache/"+volumeName+" bs=1M count=900 oflag=direct status=none")
+	filled := time.Now()
+	for {
+		got := b.sh(t, "cat "+bc+"sequential_cutoff")
+		if got == "4.0M" {
+			t.Logf("sequential_cutoff 4.0M %s after the cache filled, with no playbook run", time.Since(filled).Round(time.Second))
+			break
+		}
+		if time.Since(filled) > 3*interval {
+			t.Fatalf("sequential_cutoff still %s %s after the cache filled; unused: %s", got, time.Since(filled).Round(time.Second),
+				b.sh(t, "grep -i unused /sys/fs/bcache/*-*/cache0/priority_stats || true"))
+		}
+		time.Sleep(time.Second)
+	}
 }
