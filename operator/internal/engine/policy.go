@@ -32,9 +32,11 @@ const (
 // State is what the engine remembers of a volume between runs.
 type State struct {
 	// PeriodFrom is when the current flush period began: when the last pass started, or when
-	// the engine first saw the volume. Data dirtied before it was written back by that pass,
-	// or is at most one period late.
+	// the engine first saw the volume with this flush period. Data dirtied before it was written
+	// back by that pass, or is at most one period late.
 	PeriodFrom time.Time `json:"periodFrom"`
+	// Period is the flush period PeriodFrom counts; a spec that changes it starts a new period.
+	Period time.Duration `json:"period"`
 	// Pass is the flush pass under way, if any.
 	Pass *PassState `json:"pass,omitempty"`
 	// FlushRequest is the last flush request honoured (Desired.FlushRequest).
@@ -100,10 +102,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	}
 	dirty := res.Status.DirtyBytes > 0 && res.Status.State != "clean"
 	inWriteback := res.Status.CacheMode == string(fcv1.CacheModeWriteback) && !res.Status.Held
-	stateChanged := false
-	if st.PeriodFrom.IsZero() {
-		st.PeriodFrom, stateChanged = now, true
-	}
+	stateChanged := st.startPeriodIfNew(v.Spec.EffectiveFlushPeriod(), now)
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
 	}
@@ -224,6 +223,17 @@ func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Ti
 		return reading, err
 	}
 	return reading, nil
+}
+
+// startPeriodIfNew starts counting a period at now when none was counted yet or the spec's flush
+// period changed (turned on from 0s, say: data dirtied while it was off is then written back within
+// the new period), and says whether the state changed.
+func (st *State) startPeriodIfNew(period time.Duration, now time.Time) bool {
+	if !st.PeriodFrom.IsZero() && st.Period == period {
+		return false
+	}
+	st.PeriodFrom, st.Period = now, period
+	return true
 }
 
 // passAction is what is due about flush passes.

@@ -44,6 +44,24 @@ func TestNextPass(t *testing.T) {
 	}
 }
 
+func TestAPeriodStartsWhenTheFlushPeriodIsSetOrChanged(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	st := &State{}
+	if !st.startPeriodIfNew(time.Minute, t0) || !st.PeriodFrom.Equal(t0) {
+		t.Fatalf("first sight: %+v", st)
+	}
+	if st.startPeriodIfNew(time.Minute, t0.Add(time.Hour)) || !st.PeriodFrom.Equal(t0) {
+		t.Errorf("the same period went on counting from %s, want %s", st.PeriodFrom, t0)
+	}
+	off := &State{PeriodFrom: t0, Period: 0}
+	if !off.startPeriodIfNew(time.Minute, t0.Add(time.Hour)) || !off.PeriodFrom.Equal(t0.Add(time.Hour)) {
+		t.Errorf("turned on an hour later: the period starts then, got %+v", off)
+	}
+	if nextPass(off, true, true, time.Minute, t0.Add(time.Hour+time.Second), false) != passNothing {
+		t.Errorf("a pass right after the period was turned on: dirty data would be flushed early, the bound measured from the wrong time")
+	}
+}
+
 func TestStateSurvivesAndATornFileStartsAgain(t *testing.T) {
 	e := &Engine{StateDir: t.TempDir()}
 	v := Volume{Name: "db"}

@@ -237,6 +237,8 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"SequentialIOIsCachedUntilTheCacheFills", testSequentialCutoffOnceFull},
 		{"FlushLeavesEveryByteOnTheBackingDisk", testFlushIntegrity},
 		{"FlushPassRestoresTheConfiguredMode", testFlushPass},
+		{"FlushPeriodBoundsTheAgeOfDirtyDataAcrossARestart", testFlushPeriodBoundsDirtyAge},
+		{"BackgroundFlushKeepsWriteback", testBackgroundFlush},
 		{"CheckJudgesTheDevicesAndWritesOnlyScratch", testCheck},
 		{"WornCacheIsFlushedAndHeldInWritethrough", testWornCache},
 		{"KilledApplyConverges", testKilledApply},
