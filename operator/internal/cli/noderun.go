@@ -151,7 +151,7 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	}
 	switch {
 	case pass.Started:
-		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart)
+		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart, "startedAt", pass.StartedAt.UTC().Format(time.RFC3339Nano))
 	case pass.FinishedInWritethrough:
 		log.Info("flush pass not clean within its limit: finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed.String(),
 			"writethroughSeconds", pass.WritethroughFlushSeconds)
