@@ -128,12 +128,18 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	case passFinishInWritethrough:
 		e.Log.Info("flush pass not clean within its limit: finishing it in writethrough", "volume", v.Name,
 			"startedAt", st.Pass.StartedAt, "dirty", res.Status.DirtyBytes)
+		// The pass ends here, so that the apply at the end of the blocking flush restores the
+		// spec's throttle rather than the pass's.
+		st.Pass = nil
+		if err := e.saveState(v, st); err != nil {
+			return res, pr, err
+		}
+		stateChanged = false
 		flushed, err := e.FlushPass(ctx, v, DowngradeFlushTimeout)
 		if err != nil {
 			return res, pr, fmt.Errorf("finishing the flush pass in writethrough: %w", err)
 		}
 		pr.Ended, pr.FinishedInWritethrough, pr.WritethroughFlushSeconds = true, true, flushed.Duration.Seconds()
-		st.Pass, stateChanged = nil, true
 		if res.Status, err = e.Status(ctx, v); err != nil {
 			return res, pr, err
 		}
