@@ -55,7 +55,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8091", "address of /healthz and /readyz")
 	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded (on the host, so they outlive the pod)")
 	f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept (on the host, so it outlives the pod)")
-	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush pass; a longer flush goes on in the next")
+	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush (a drain's or an eviction's); a longer flush goes on in the next reconcile")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
