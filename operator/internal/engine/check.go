@@ -61,7 +61,7 @@ func (c *CheckReport) CacheWearPercent() *int32 {
 var CheckDir = "/run/flashcache/checks"
 
 // Check judges both devices of the volume: the kernel's view, the device's own view of its write
-// cache, a timed series of sync writes on a scratch region (never user data, never the spare
+// cache, timed writes and flushes on a scratch region (never user data, never the spare
 // area), and for the cache device its SMART wear. It writes only to the scratch regions, and
 // only on devices that are blank or this volume's.
 func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {

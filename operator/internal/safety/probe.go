@@ -36,21 +36,20 @@ var DefaultProbeLimits = ProbeLimits{Writes: 200, Duration: 3 * time.Second}
 
 const probeBlock = 4096
 
-// SyncWriteProbe writes 4 KiB blocks with O_DIRECT|O_DSYNC, each one acknowledged only once the
-// device says it is durable (the kernel sends FUA or a flush), cycling through [offset,
-// offset+size) of dev, and times each write.
+// SyncWriteProbe measures what a flush costs on dev, cycling through [offset, offset+size): each
+// round writes one 4 KiB block with O_DIRECT (into the device's volatile cache, if it has one),
+// flushes it (fdatasync on a block device always sends the device a flush), and flushes again
+// with nothing written. The second flush is a bare round trip to the device; what the first costs
+// over it is the device writing its cache to stable media. The three are interleaved so that a
+// busy host, which only ever adds latency, weighs on all of them alike: a lying disk's flush
+// after a write costs what its empty flush does, however slow both get.
 func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits ProbeLimits) (*Probe, error) {
 	if offset%probeBlock != 0 || size < probeBlock {
 		return nil, fmt.Errorf("probe region %d+%d is not aligned to %d", offset, size, probeBlock)
 	}
-	plain, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT, 0)
+	f, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT, 0)
 	if err != nil {
 		return nil, fmt.Errorf("opening %s for the write probe: %w", dev, err)
-	}
-	defer func() { _ = plain.Close() }()
-	f, err := os.OpenFile(dev, os.O_WRONLY|unix.O_DIRECT|unix.O_DSYNC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("opening %s for the sync-write probe: %w", dev, err)
 	}
 	defer func() { _ = f.Close() }()
 	// O_DIRECT needs an aligned buffer: an anonymous mapping is page aligned.
@@ -64,19 +63,7 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 	}
 
 	blocks := size / probeBlock
-	// The same writes without O_DSYNC first: what a flush adds to them is what tells an honest
-	// volatile cache from one that acknowledges flushes it never did.
-	var plainLat []time.Duration
-	plainStart := time.Now()
-	for i := 0; i < limits.Writes/4 && time.Since(plainStart) < limits.Duration/4; i++ {
-		t := time.Now()
-		if _, err := plain.WriteAt(buf, offset+int64(i)%blocks*probeBlock); err != nil {
-			return nil, fmt.Errorf("write to %s: %w", dev, err)
-		}
-		plainLat = append(plainLat, time.Since(t))
-	}
-
-	lat := make([]time.Duration, 0, limits.Writes)
+	var plain, flush, emptyFlush, durable []time.Duration
 	start := time.Now()
 	for i := 0; i < limits.Writes && time.Since(start) < limits.Duration; i++ {
 		if err := ctx.Err(); err != nil {
@@ -84,16 +71,34 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 		}
 		t := time.Now()
 		if _, err := f.WriteAt(buf, offset+int64(i)%blocks*probeBlock); err != nil {
-			return nil, fmt.Errorf("sync write to %s: %w", dev, err)
+			return nil, fmt.Errorf("write to %s: %w", dev, err)
 		}
-		lat = append(lat, time.Since(t))
+		written := time.Now()
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return nil, fmt.Errorf("flush of %s: %w", dev, err)
+		}
+		flushed := time.Now()
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return nil, fmt.Errorf("flush of %s: %w", dev, err)
+		}
+		plain = append(plain, written.Sub(t))
+		flush = append(flush, flushed.Sub(written))
+		emptyFlush = append(emptyFlush, time.Since(flushed))
+		durable = append(durable, flushed.Sub(t))
 	}
-	p := summarize(lat, time.Since(start), offset, size)
-	if len(plainLat) > 0 {
-		plainSummary := summarize(plainLat, 0, offset, size)
-		p.PlainP10, p.PlainP50 = plainSummary.P10, plainSummary.P50
+	p := summarize(durable, time.Since(start), offset, size)
+	if len(durable) > 0 {
+		p.PlainP10, p.PlainP50 = percentile(plain, 10), percentile(plain, 50)
+		p.FlushP10, p.FlushP50 = percentile(flush, 10), percentile(flush, 50)
+		p.EmptyFlushP10, p.EmptyFlushP50 = percentile(emptyFlush, 10), percentile(emptyFlush, 50)
 	}
 	return p, nil
+}
+
+// percentile of lat, which it sorts.
+func percentile(lat []time.Duration, pct int) time.Duration {
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return lat[len(lat)*pct/100]
 }
 
 func summarize(lat []time.Duration, total time.Duration, offset, size int64) *Probe {

@@ -14,14 +14,18 @@ func TestJudge(t *testing.T) {
 	probe := func(p50 time.Duration) *Probe {
 		return &Probe{Writes: 200, P10: p50, P50: p50, P99: 2 * p50, PerSecond: float64(time.Second / p50)}
 	}
-	// throttled: every write takes 6.7 ms (150 IOPS), with or without a flush.
+	// throttled: every write takes 6.7 ms (150 IOPS); a flush is a 300 µs round trip, and
+	// whatever writing the cache costs.
 	throttled := func(flush time.Duration) *Probe {
-		return &Probe{Writes: 200, PlainP10: 6700 * time.Microsecond, PlainP50: 6700 * time.Microsecond, P10: 6700*time.Microsecond + flush, P50: 6700*time.Microsecond + flush, P99: 20 * time.Millisecond, PerSecond: 100}
+		const write, roundTrip = 6700 * time.Microsecond, 300 * time.Microsecond
+		return &Probe{Writes: 200, PlainP10: write, PlainP50: write, FlushP10: roundTrip + flush, FlushP50: roundTrip + flush,
+			EmptyFlushP10: roundTrip, EmptyFlushP50: roundTrip, P10: write + roundTrip + flush, P50: write + roundTrip + flush, P99: 20 * time.Millisecond, PerSecond: 100}
 	}
-	// busy: the host is loaded, so medians are inflated by scheduling; the fastest tenth is
-	// not (the figures of a lying and an honest emulated disk beside a full make test).
-	busy := func(plainP10, plainP50, p10, p50 time.Duration) *Probe {
-		return &Probe{Writes: 200, PlainP10: plainP10, PlainP50: plainP50, P10: p10, P50: p50, P99: 20 * time.Millisecond, PerSecond: 250}
+	// busy: the host is loaded, so every round trip is slow, writes and flushes alike (the
+	// figures of a lying and an honest emulated disk beside a full make test).
+	busy := func(write, flush, emptyFlush time.Duration) *Probe {
+		return &Probe{Writes: 200, PlainP10: write, PlainP50: 2 * write, FlushP10: flush, FlushP50: 2 * flush,
+			EmptyFlushP10: emptyFlush, EmptyFlushP50: 2 * emptyFlush, P10: write + flush, P50: 2 * (write + flush), P99: 20 * time.Millisecond, PerSecond: 250}
 	}
 	cases := []struct {
 		name    string
@@ -34,11 +38,11 @@ func TestJudge(t *testing.T) {
 	}{
 		{"honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(8 * time.Millisecond), false, Safe, "p50 8ms"},
 		{"lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), false, Unsafe, "lying or battery backed"},
-		{"throttled honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(8600 * time.Microsecond), false, Safe, "plain writes p10 6.7ms"},
+		{"throttled honest HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(8600 * time.Microsecond), false, Safe, "the write p10 6.7ms"},
 		{"throttled lying HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(100 * time.Microsecond), false, Unsafe, "flushes add 100µs"},
 		{"lying HDD whose flush is a slow round trip", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, throttled(1100 * time.Microsecond), false, Unsafe, "flushes add 1.1ms"},
-		{"lying HDD on a busy host", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, busy(150*time.Microsecond, 678*time.Microsecond, 420*time.Microsecond, 2710*time.Microsecond), false, Unsafe, "lying or battery backed"},
-		{"honest HDD on a busy host", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, busy(3*time.Millisecond, 4340*time.Microsecond, 9*time.Millisecond, 12740*time.Microsecond), false, Safe, "p10 9ms"},
+		{"lying HDD on a busy host", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, busy(1900*time.Microsecond, 2190*time.Microsecond, 1950*time.Microsecond), false, Unsafe, "flushes add 240µs"},
+		{"honest HDD on a busy host", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, busy(1900*time.Microsecond, 10500*time.Microsecond, 1950*time.Microsecond), false, Safe, "the flush p10 10.5ms"},
 		{"battery-backed HDD", hdd, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(40 * time.Microsecond), true, Safe, "trusted"},
 		{"cache on, kernel writes through", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: on}, probe(8 * time.Millisecond), false, Unsafe, "never sends flushes"},
 		{"no volatile cache", KernelView{WriteCache: "write through", Rotational: true}, DeviceView{Source: "sdparm WCE", VolatileCache: off}, probe(6 * time.Millisecond), false, Safe, "no volatile write cache"},

@@ -680,7 +680,7 @@ func testCheck(t *testing.T, g *guest) {
 	}
 	c := r.Volumes[0].Check
 	for _, d := range c.Devices {
-		t.Logf("%s: kernel %q rotational=%v; device %s volatile=%v; sync writes p50 %s p99 %s (%.0f/s) at offset %d: %s %q",
+		t.Logf("%s: kernel %q rotational=%v; device %s volatile=%v; write+flush p50 %s p99 %s (%.0f/s) at offset %d: %s %q",
 			d.Role, d.Kernel.WriteCache, d.Kernel.Rotational, d.WriteCache.Source, d.WriteCache.VolatileCache != nil && *d.WriteCache.VolatileCache,
 			time.Duration(d.Probe.P50), time.Duration(d.Probe.P99), d.Probe.PerSecond, d.Probe.Offset, d.Verdict, d.Reasons)
 		if d.Probe.Writes == 0 {

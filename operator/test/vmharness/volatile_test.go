@@ -84,8 +84,10 @@ func TestVolatileDiskCaches(t *testing.T) {
 		if h := lat[honest.Serial]; h.p50 < vmharness.VolatileFlushDelay {
 			t.Errorf("honest flush p50 %s, want at least the modelled %s", h.p50, vmharness.VolatileFlushDelay)
 		}
-		if l, h := lat[liar.Serial], lat[honest.Serial]; l.p50 > time.Millisecond || l.p50*4 > h.p50 {
-			t.Errorf("lying flush p50 %s: want under 1 ms and far below the honest %s", l.p50, h.p50)
+		// A lying fsync is a round trip, which a loaded host slows too (1.2 ms beside a full
+		// make test, 0.3 ms alone): it must stay well under the modelled delay it skips.
+		if l, h := lat[liar.Serial], lat[honest.Serial]; l.p50 > vmharness.VolatileFlushDelay/2 || l.p50*4 > h.p50 {
+			t.Errorf("lying flush p50 %s: want under half the modelled %s and far below the honest %s", l.p50, vmharness.VolatileFlushDelay, h.p50)
 		}
 	})
 
