@@ -80,6 +80,15 @@ masked_units=(
 	systemd-networkd-wait-online.service getty@tty1.service
 	systemd-timesyncd.service systemd-pstore.service
 	mariadb.service lvm2-monitor.service containerd.service
+	rtslib-fb-targetctl.service # restores a saved iSCSI target; tests make theirs with targetcli
+)
+
+# Modules udev would load for the emulated machine (q35's AHCI, watchdog, SMBus and PC
+# speaker; KVM for the CPU model's virtualisation flags) that no test uses: each costs an
+# emulated modprobe and probe at every boot.
+blacklisted_modules=(
+	kvm kvm_amd kvm_intel ahci libahci libata iTCO_wdt iTCO_vendor_support lpc_ich
+	i2c_i801 i2c_smbus intel_pmc_bxt pcspkr psmouse serio_raw evdev
 )
 
 mapfile -t mirrors < <(debian_mirrors "$suite")
@@ -139,6 +148,7 @@ chroot "$rootfs" systemctl enable systemd-networkd.service >/dev/null
 # smartd's enabled alias (smartmontools.service) would make masking it fail.
 chroot "$rootfs" systemctl disable smartd.service 2>/dev/null
 chroot "$rootfs" systemctl mask "${masked_units[@]}" 2>/dev/null
+printf 'blacklist %s\n' "${blacklisted_modules[@]}" >"$rootfs/etc/modprobe.d/flashcache-vm.conf"
 # LVM only when a benchmark asks for it: no activation of volume groups udev finds on the test
 # disks, no dmeventd.
 cat >"$rootfs/etc/lvm/lvmlocal.conf" <<'EOF'
@@ -159,6 +169,22 @@ PasswordAuthentication no
 KbdInteractiveAuthentication no
 UseDNS no
 EOF
+# The harness dials only once the console says sshd listens: a connection made before that can
+# hang unanswered for seconds and is dropped and made again (test/vmharness, waitSSH).
+cat >"$rootfs/etc/systemd/system/flashcache-ssh-ready.service" <<'EOF'
+[Unit]
+Description=Tell the test harness on the serial console that sshd listens
+After=ssh.service
+Requires=ssh.service
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sh -c 'echo "flashcache-vm: sshd is listening" >/dev/ttyS0'
+
+[Install]
+WantedBy=multi-user.target
+EOF
+chroot "$rootfs" systemctl enable flashcache-ssh-ready.service 2>/dev/null
 # openssh-server's postinst made host keys already; -A only fills any gap.
 ssh-keygen -A -f "$rootfs" >/dev/null
 cp "$rootfs/etc/ssh/ssh_host_ed25519_key.pub" "$tmp/"

@@ -218,3 +218,25 @@ func TestStallIsReportedOnlyFromTheBootBeingWaitedFor(t *testing.T) {
 		t.Errorf("the new boot's stall: %q", got)
 	}
 }
+
+func TestSSHReadyIsReadOnlyFromTheBootBeingWaitedFor(t *testing.T) {
+	console := filepath.Join(t.TempDir(), "console.log")
+	if err := os.WriteFile(console, []byte("flashcache-vm: sshd is listening\n[    0.000000] Linux version 6.1.0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	at := fileSize(console)
+	if consoleSaysSince(console, at, sshReadyMarker) {
+		t.Error("the marker of an earlier boot counted")
+	}
+	f, err := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("Debian GNU/Linux 12 flashcache-vm ttyS0\nflashcache-vm: sshd is listening\n"); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if !consoleSaysSince(console, at, sshReadyMarker) {
+		t.Error("the new boot's marker was not seen")
+	}
+}

@@ -310,6 +310,27 @@ type guestStall struct{ line string }
 
 func (s *guestStall) Error() string { return "the guest's kernel stalled: " + s.line }
 
+// sshReadyMarker is what the image's flashcache-ssh-ready.service prints once sshd listens
+// (hack/build-vm-image.sh); after sshReadyFallback without it (an older image, or a boot slowed
+// down by a busy host) the harness dials as it would without a marker.
+var sshReadyMarker = []byte("flashcache-vm: sshd is listening")
+
+const sshReadyFallback = 45 * time.Second
+
+// consoleSaysSince is whether the console log holds marker after offset.
+func consoleSaysSince(console string, offset int64, marker []byte) bool {
+	f, err := os.Open(console)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		return false
+	}
+	text, _ := io.ReadAll(f)
+	return bytes.Contains(text, marker)
+}
+
 // stallSince is the first stall report in the console log after offset, or "".
 func stallSince(console string, offset int64) string {
 	f, err := os.Open(console)
@@ -409,14 +430,30 @@ func freePort() (int, error) {
 // accepts the TCP connection itself before the guest listens, and while the guest's network is
 // not up yet such a connection stays silent instead of failing: so a connect proves nothing, and
 // an attempt that hears no server greeting soon is dropped and made again (see dial).
-// A kernel that reports a stall first ends the wait with a *guestStall.
+// The image says on the console when sshd listens (sshReadyMarker), and no attempt is made
+// before: only an image without the marker pays for the silent attempts, after
+// sshReadyFallback. A kernel that reports a stall first ends the wait with a *guestStall.
 func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 	vm.mu.Lock()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(vm.port))
 	exited := vm.exited
 	vm.mu.Unlock()
 	var lastErr error
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
+	untilListening:
+		for !consoleSaysSince(vm.console, consoleAt, sshReadyMarker) && time.Since(start) < sshReadyFallback {
+			if line := stallSince(vm.console, consoleAt); line != "" {
+				return &guestStall{line: line}
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("waiting for the console to say sshd listens: %w", ctx.Err())
+			case <-exited: // said below
+				break untilListening
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 		select {
 		case <-exited:
 			if bytes.Contains(tail(vm.qemuLog, 4096), []byte("host forwarding rule")) {
