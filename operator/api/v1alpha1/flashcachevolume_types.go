@@ -35,7 +35,8 @@ const (
 type SafetyPolicy string
 
 const (
-	// SafetyPolicyEnforce keeps the volume in writethrough while a device is judged unsafe.
+	// SafetyPolicyEnforce keeps the volume in writethrough unless every device is judged Safe
+	// and the cache is not worn: Unsafe and Unknown alike.
 	SafetyPolicyEnforce SafetyPolicy = "Enforce"
 	// SafetyPolicyWarn enables writeback anyway and reports the verdict as a condition.
 	SafetyPolicyWarn SafetyPolicy = "Warn"
@@ -177,12 +178,19 @@ type VolumeSpec struct {
 
 // SafetySpec configures the durability checks run before writeback is enabled.
 type SafetySpec struct {
-	// policy is Enforce (an unsafe or worn device keeps the volume in writethrough) or Warn.
+	// policy is Enforce or Warn. Enforce enables writeback only when every device is judged
+	// Safe and the cache is not worn: a device judged Unsafe or Unknown (a volatile write cache
+	// that could not be measured, or an SSD that completes flushes faster than any SSD without
+	// power-loss protection can) keeps the volume in writethrough, since in writeback the SSD
+	// holds the only copy of dirty data. A cache known to be battery or flash backed is declared
+	// with trustWriteCache; Warn enables writeback whatever the verdict, and reports it.
 	// +optional
 	// +kubebuilder:default=Enforce
 	Policy SafetyPolicy `json:"policy,omitempty"`
 
-	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed.
+	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed
+	// (power-loss protection): flushes that cost nothing, or a cache that could not be measured,
+	// are then judged Safe.
 	// +optional
 	TrustWriteCache bool `json:"trustWriteCache,omitempty"`
 
@@ -410,6 +418,30 @@ type SafetyStatus struct {
 	// checkedAt is when the checks ran.
 	// +optional
 	CheckedAt *metav1.Time `json:"checkedAt,omitempty"`
+	// devices are the devices the verdict is of. It holds for them only: a volume rebuilt on
+	// other disks, or given another SSD, is checked again before it may write back.
+	// +optional
+	// +listType=map
+	// +listMapKey=role
+	Devices []SafetyDeviceStatus `json:"devices,omitempty"`
+}
+
+// SafetyDeviceStatus is one device a verdict is of.
+type SafetyDeviceStatus struct {
+	// role is cache or backing.
+	Role string `json:"role"`
+	// path is the path the spec names.
+	// +optional
+	Path string `json:"path,omitempty"`
+	// device is the kernel's device node it resolved to when checked.
+	// +optional
+	Device string `json:"device,omitempty"`
+	// hardwareID is what the disk reports identifies it: its WWID, or else its serial.
+	// +optional
+	HardwareID string `json:"hardwareID,omitempty"`
+	// verdict is this device's own verdict.
+	// +optional
+	Verdict SafetyVerdict `json:"verdict,omitempty"`
 }
 
 // FlashCacheVolumeStatus is what the operator and the node agent observed. The agent owns what

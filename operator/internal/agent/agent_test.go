@@ -74,12 +74,17 @@ func TestReportCarriesTheVerdictAndTheWritethroughItForces(t *testing.T) {
 	used := 7
 	check := &engine.CheckReport{Verdict: safety.Unsafe, Policy: "Enforce", WritebackAllowed: false,
 		Reasons: []string{"flushes add 370µs to a write on a rotating disk"},
-		Devices: []engine.DeviceCheck{{Role: "cache", Wear: &safety.Wear{PercentUsed: &used}}}}
+		Devices: []engine.DeviceCheck{{Role: "cache", Device: "/dev/nvme0n1", HardwareID: "eui.0025388b", Verdict: safety.Safe, Wear: &safety.Wear{PercentUsed: &used}},
+			{Role: "backing", Device: "/dev/sdb", HardwareID: "naa.5000c500", Verdict: safety.Unsafe}}}
 	st := newReport(&fcv1.FlashCacheVolume{}, time.Now())
 	st.fromResult(&engine.Result{Status: &engine.Status{Device: "bcache0", State: "no cache"}, Check: check}, 1)
 	if st.safety.Verdict != fcv1.SafetyVerdictUnsafe || st.safetyChecked.Reason != fcv1.ReasonWritethroughEnforced ||
-		st.safetyChecked.Status != metav1.ConditionFalse || !strings.Contains(st.safetyChecked.Message, "370µs") {
+		st.safetyChecked.Status != metav1.ConditionFalse || !strings.Contains(st.safetyChecked.Message, "370µs") ||
+		!strings.Contains(st.safetyChecked.Message, "spec.safety.trustWriteCache") || !strings.Contains(st.safetyChecked.Message, "spec.safety.policy: Warn") {
 		t.Errorf("safety %v, condition %+v", st.safety, st.safetyChecked)
+	}
+	if d := st.safety.Devices; len(d) != 2 || d[1].Role != "backing" || d[1].HardwareID != "naa.5000c500" || d[1].Verdict != fcv1.SafetyVerdictUnsafe {
+		t.Errorf("the status does not say which devices the verdict is of: %+v", d)
 	}
 	if st.wearPercent == nil || *st.wearPercent != 7 {
 		t.Errorf("wear %v, want 7", st.wearPercent)

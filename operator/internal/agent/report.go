@@ -84,6 +84,10 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 
 	if c := res.Check; c != nil {
 		st.safety = &fcv1.SafetyStatus{Verdict: fcv1.SafetyVerdict(c.Verdict), Reasons: c.Reasons, CheckedAt: &metav1.Time{Time: c.At}}
+		for _, d := range c.Devices {
+			st.safety.Devices = append(st.safety.Devices, fcv1.SafetyDeviceStatus{Role: d.Role, Path: d.Path, Device: d.Device,
+				HardwareID: d.HardwareID, Verdict: fcv1.SafetyVerdict(d.Verdict)})
+		}
 		reason := map[safety.Verdict]string{safety.Safe: fcv1.ReasonSafe, safety.Unsafe: fcv1.ReasonUnsafe}[c.Verdict]
 		if reason == "" {
 			reason = fcv1.ReasonUnknown
@@ -93,6 +97,9 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 		if !c.WritebackAllowed {
 			reason, status = fcv1.ReasonWritethroughEnforced, metav1.ConditionFalse
 			msg = fmt.Sprintf("verdict %s under policy %s: the volume stays in writethrough: %s", c.Verdict, c.Policy, msg)
+			if way := c.WayToWriteback(); way != "" {
+				msg += ". " + way
+			}
 		}
 		st.safetyChecked = condition(fcv1.ConditionSafetyChecked, status, reason, msg)
 		if w := c.CacheWearPercent(); w != nil {
@@ -175,6 +182,10 @@ func (r *Reconciler) applyStatus(ctx context.Context, fcv *fcv1.FlashCacheVolume
 		sac := fcv1ac.SafetyStatus().WithVerdict(s.Verdict).WithReasons(s.Reasons...)
 		if s.CheckedAt != nil {
 			sac.WithCheckedAt(*s.CheckedAt)
+		}
+		for _, d := range s.Devices {
+			sac.WithDevices(fcv1ac.SafetyDeviceStatus().WithRole(d.Role).WithPath(d.Path).WithDevice(d.Device).
+				WithHardwareID(d.HardwareID).WithVerdict(d.Verdict))
 		}
 		status.WithSafety(sac)
 	}

@@ -32,6 +32,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.FlashCacheVolumeStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ISCSISource"):
 		return &apiv1alpha1.ISCSISourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SafetyDeviceStatus"):
+		return &apiv1alpha1.SafetyDeviceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SafetySpec"):
 		return &apiv1alpha1.SafetySpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SafetyStatus"):

@@ -47,6 +47,9 @@ type Device struct {
 	LogicalBlock    int64
 	// State is the SCSI disk's state (running, offline, blocked...); empty for other disks.
 	State string
+	// HardwareID names the whole disk's hardware, from what it reports about itself: its WWID
+	// (NVMe EUI/NGUID, SCSI VPD page 0x83) or else its serial; empty when it reports neither.
+	HardwareID string
 }
 
 // Offline says the kernel has taken the disk offline after errors, or was told to: it rejects
@@ -134,6 +137,7 @@ func inspectName(path, name string) (Device, error) {
 	fua, _ := readTrim(filepath.Join(queue, "fua"))
 	d.FUA = fua == "1"
 	d.LogicalBlock, _ = readInt(filepath.Join(queue, "logical_block_size"))
+	d.HardwareID = hardwareID(filepath.Dir(queue))
 	if scsi, err := os.Stat(filepath.Join(filepath.Dir(queue), "device", "scsi_disk")); err == nil && scsi.IsDir() {
 		d.State, _ = readTrim(filepath.Join(filepath.Dir(queue), "device", "state"))
 	}
@@ -252,6 +256,17 @@ func WriteSysfs(path, value string) error {
 		return fmt.Errorf("writing %q to %s: %w", value, path, err)
 	}
 	return nil
+}
+
+// hardwareID reads what a whole disk's sysfs folder says identifies it: the namespace's wwid
+// (NVMe), the SCSI device's wwid, the controller's serial (NVMe), or the serial of a virtio disk.
+func hardwareID(disk string) string {
+	for _, f := range []string{"wwid", "device/wwid", "device/serial", "serial"} {
+		if id, err := readTrim(filepath.Join(disk, f)); err == nil && id != "" {
+			return strings.Join(strings.Fields(id), " ")
+		}
+	}
+	return ""
 }
 
 func readTrim(path string) (string, error) {

@@ -319,7 +319,11 @@ func printReport(w io.Writer, output string, report nodeReport) error {
 		if c := r.Check; c != nil {
 			fmt.Fprintf(w, "  durability: %s, worn=%v, writeback allowed=%v (policy %s)\n", c.Verdict, c.Worn, c.WritebackAllowed, c.Policy)
 			for _, d := range c.Devices {
-				fmt.Fprintf(w, "    %s %s: %s\n", d.Role, d.Device, d.Verdict)
+				id := ""
+				if d.HardwareID != "" {
+					id = " (" + d.HardwareID + ")"
+				}
+				fmt.Fprintf(w, "    %s %s%s: %s\n", d.Role, d.Device, id, d.Verdict)
 				for _, reason := range d.Reasons {
 					fmt.Fprintf(w, "      - %s\n", reason)
 				}

@@ -70,7 +70,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	}
 	want = e.desired(v, want)
 	wantsWriteback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
-	check := e.lastCheck(v)
+	check := e.lastCheck(ctx, v)
 	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
 	o, err := e.converge(ctx, v, want, res)
 	var lost *CacheLostError
@@ -96,6 +96,9 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		what := "writeback stays enabled (policy Warn)"
 		if !check.WritebackAllowed {
 			what = "the volume stays in writethrough (policy Enforce)"
+			if way := check.WayToWriteback(); way != "" {
+				what += "; " + way
+			}
 		}
 		res.Warnings = append(res.Warnings, fmt.Sprintf("durability check %s%s: %s; %s", check.Verdict, wornText(check.Worn), strings.Join(check.Reasons, " | "), what))
 	}

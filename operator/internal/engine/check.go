@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,12 +15,16 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
-// DeviceCheck is the durability and wear judgement of one device.
+// DeviceCheck is the durability and wear judgement of one device. Path, Device, MajorMinor,
+// HardwareID and SizeBytes say which device it is: a check holds only while they do.
 type DeviceCheck struct {
-	Role    string            `json:"role"`
-	Path    string            `json:"path"`
-	Device  string            `json:"device"`
-	Kernel  safety.KernelView `json:"kernel"`
+	Role       string            `json:"role"`
+	Path       string            `json:"path"`
+	Device     string            `json:"device"`
+	MajorMinor string            `json:"majorMinor"`
+	HardwareID string            `json:"hardwareID,omitempty"`
+	SizeBytes  int64             `json:"sizeBytes"`
+	Kernel     safety.KernelView `json:"kernel"`
 	Cache   safety.DeviceView `json:"writeCache"`
 	Probe   *safety.Probe     `json:"probe,omitempty"`
 	Wear    *safety.Wear      `json:"wear,omitempty"`
@@ -42,6 +47,16 @@ type CheckReport struct {
 	Devices          []DeviceCheck `json:"devices"`
 }
 
+// WayToWriteback says, by field, how a user who knows their disks enables writeback when the
+// verdict keeps the volume in writethrough; empty when the verdict is Safe and only wear does.
+func (c *CheckReport) WayToWriteback() string {
+	if c == nil || c.Verdict == safety.Safe {
+		return ""
+	}
+	return "if the write cache is battery or flash backed, say so with spec.safety.trustWriteCache: true; " +
+		"spec.safety.policy: Warn enables writeback whatever the verdict"
+}
+
 // CacheWearPercent is the cache device's wear as SMART reported it, when it did.
 func (c *CheckReport) CacheWearPercent() *int32 {
 	if c == nil {
@@ -56,8 +71,9 @@ func (c *CheckReport) CacheWearPercent() *int32 {
 	return nil
 }
 
-// CheckDir keeps the last check of each volume for this boot: disks' caches can change across a
-// reboot, and a probe per apply would be I/O for nothing.
+// CheckDir keeps the last check of each volume for this boot and these devices: disks' caches
+// can change across a reboot, a verdict is of the devices probed and no other, and a probe per
+// apply would be I/O for nothing.
 var CheckDir = "/run/flashcache/checks"
 
 // Check judges both devices of the volume: the kernel's view, the device's own view of its write
@@ -113,7 +129,8 @@ func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
 }
 
 func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device, trusted bool, scratch func() (int64, int64, string)) DeviceCheck {
-	c := DeviceCheck{Role: role, Path: d.Path, Device: d.DevPath, Kernel: safety.KernelViewOf(d), Cache: safety.DeviceViewOf(ctx, e.Run, d)}
+	c := DeviceCheck{Role: role, Path: d.Path, Device: d.DevPath, MajorMinor: d.MajorMinor, HardwareID: d.HardwareID, SizeBytes: d.SizeBytes,
+		Kernel: safety.KernelViewOf(d), Cache: safety.DeviceViewOf(ctx, e.Run, d)}
 	off, size, skip := scratch()
 	if skip != "" {
 		c.Probe = &safety.Probe{SkipReason: skip}
@@ -137,14 +154,16 @@ func (e *Engine) wear(ctx context.Context, d blockdev.Device, maxPercent int) *s
 	return w
 }
 
-// lastCheck returns this boot's last check of the volume, if any.
-func (e *Engine) lastCheck(v Volume) *CheckReport {
-	b, err := os.ReadFile(filepath.Join(CheckDir, v.Name+".json"))
+// lastCheck returns this boot's last check of the volume, if any, as long as it is of the
+// devices the spec names now: a same-named volume rebuilt on other disks, a replaced SSD or a
+// changed backing path is checked again.
+func (e *Engine) lastCheck(ctx context.Context, v Volume) *CheckReport {
+	b, err := os.ReadFile(e.checkFile(v))
 	if err != nil {
 		return nil
 	}
 	var rep CheckReport
-	if json.Unmarshal(b, &rep) != nil || rep.BootID != bootID() {
+	if json.Unmarshal(b, &rep) != nil || rep.BootID != bootID() || !e.sameDevices(ctx, v, &rep) {
 		return nil
 	}
 	// The policy may have changed since; the measurements have not.
@@ -154,9 +173,48 @@ func (e *Engine) lastCheck(v Volume) *CheckReport {
 }
 
 // writebackAllowed is what the spec's policy makes of a check: Warn allows writeback whatever
-// was found, Enforce only on devices that are not Unsafe and a cache that is not worn.
+// was found, Enforce only on devices judged Safe and a cache that is not worn. Unknown is not
+// Safe: in writeback the SSD holds the only copy of dirty data.
 func writebackAllowed(v Volume, rep *CheckReport) bool {
-	return v.Spec.Safety.EffectivePolicy() == fcv1.SafetyPolicyWarn || (rep.Verdict != safety.Unsafe && !rep.Worn)
+	return v.Spec.Safety.EffectivePolicy() == fcv1.SafetyPolicyWarn || (rep.Verdict == safety.Safe && !rep.Worn)
+}
+
+// sameDevices says whether the devices the spec names now are those rep judged.
+func (e *Engine) sameDevices(ctx context.Context, v Volume, rep *CheckReport) bool {
+	cache, err := blockdev.Inspect(v.Spec.CacheDevice.Path)
+	if err != nil {
+		return false
+	}
+	backing, err := e.backingDevice(ctx, v)
+	if err != nil {
+		return false
+	}
+	now := map[string]blockdev.Device{"cache": cache, "backing": backing}
+	if len(rep.Devices) != len(now) {
+		return false
+	}
+	for _, c := range rep.Devices {
+		d, ok := now[c.Role]
+		if !ok || !c.isOf(d) {
+			return false
+		}
+	}
+	return true
+}
+
+func (c DeviceCheck) isOf(d blockdev.Device) bool {
+	return c.Path == d.Path && c.Device == d.DevPath && c.MajorMinor == d.MajorMinor && c.HardwareID == d.HardwareID && c.SizeBytes == d.SizeBytes
+}
+
+func (e *Engine) checkFile(v Volume) string { return filepath.Join(CheckDir, v.Name+".json") }
+
+// forgetCheck removes the volume's saved check: after a teardown, a volume of the same name is
+// new, whatever disks it is built on.
+func (e *Engine) forgetCheck(v Volume) error {
+	if err := os.Remove(e.checkFile(v)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("forgetting the check: %w", err)
+	}
+	return nil
 }
 
 func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {
@@ -167,7 +225,7 @@ func (e *Engine) saveCheck(v Volume, rep *CheckReport) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(CheckDir, v.Name+".json"), b, 0o644); err != nil {
+	if err := os.WriteFile(e.checkFile(v), b, 0o644); err != nil {
 		return fmt.Errorf("recording the check: %w", err)
 	}
 	return nil

@@ -190,7 +190,7 @@ type WearReading struct {
 // check this boot there is nothing to update: the check reads the wear itself.
 func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time) (*WearReading, error) {
 	interval := v.Spec.Safety.EffectiveWearCheckInterval()
-	check := e.lastCheck(v)
+	check := e.lastCheck(ctx, v)
 	if interval <= 0 || check == nil {
 		return nil, nil
 	}

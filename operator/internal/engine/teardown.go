@@ -140,6 +140,9 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	if err := e.forgetState(v); err != nil {
 		return res, err
 	}
+	if err := e.forgetCheck(v); err != nil {
+		return res, err
+	}
 	if v.Spec.BackingDevice.ISCSI != nil {
 		step, err := e.disconnectISCSI(ctx, v)
 		if err != nil {

@@ -49,6 +49,7 @@ func TestJudge(t *testing.T) {
 		{"honest SSD", ssd, DeviceView{Source: "nvme", VolatileCache: on}, probe(900 * time.Microsecond), false, Safe, "p50"},
 		{"suspiciously fast SSD", ssd, DeviceView{Source: "nvme", VolatileCache: on}, probe(8 * time.Microsecond), false, Unknown, "power-loss protection"},
 		{"not measured, cache on", hdd, DeviceView{}, &Probe{SkipReason: "no scratch region"}, false, Unknown, "no scratch region"},
+		{"not measured, cache on and trusted", hdd, DeviceView{}, &Probe{SkipReason: "no scratch region"}, true, Safe, "trusted as battery or flash backed"},
 		{"not measured, no cache", KernelView{WriteCache: "write through"}, DeviceView{}, nil, false, Safe, "not measured"},
 	}
 	for _, c := range cases {

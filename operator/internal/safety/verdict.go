@@ -113,7 +113,10 @@ func Judge(k KernelView, d DeviceView, p *Probe, trusted bool) (Verdict, []strin
 			skip = p.SkipReason
 		}
 		reasons = append(reasons, "sync-write probe: "+skip)
-		if kernelSendsFlushes {
+		switch {
+		case kernelSendsFlushes && trusted:
+			return Safe, append(reasons, "its volatile write cache is trusted as battery or flash backed (safety.trustWriteCache)")
+		case kernelSendsFlushes:
 			return Unknown, reasons
 		}
 		return Safe, reasons

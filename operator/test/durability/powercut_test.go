@@ -334,6 +334,35 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 	if liar.lostInLastCut == 0 {
 		t.Errorf("the lying disk kept the batch bcache had written back and marked clean: the last cut proves nothing")
 	}
+
+	// This boot's check of vol-honest found its disks Safe. The same name, rebuilt on the liar's
+	// disks without a teardown (by hand, as someone might), must be probed again, not given the
+	// honest disks' verdict; and a teardown forgets the check.
+	t.Run("ACheckIsOfTheDevicesItProbed", func(t *testing.T) {
+		if out := sh(t, "cat /run/flashcache/checks/vol-honest.json"); !strings.Contains(out, `"verdict": "Safe"`) {
+			t.Fatalf("no Safe check of vol-honest this boot:\n%s", out)
+		}
+		sh(t, "for d in /sys/block/bcache*; do echo 1 > $d/bcache/stop; done; "+
+			"for i in $(seq 100); do ls -d /sys/block/bcache* >/dev/null 2>&1 || break; sleep 0.1; done; "+
+			"for s in /sys/fs/bcache/*-*; do echo 1 > $s/unregister; done; "+
+			"for i in $(seq 100); do ls -d /sys/fs/bcache/*-* >/dev/null 2>&1 || break; sleep 0.1; done; "+
+			"for p in $(lsblk -nro NAME "+liar.cache.ByID()+" | tail -n +2); do wipefs -qa /dev/$p; done; "+
+			"wipefs -qa "+liar.cache.ByID()+" "+liar.hdd.ByID()+" && rm -f /dev/flashcache/vol-honest /dev/flashcache/vol-liar && udevadm settle")
+		moved := &volume{name: honest.name, cache: liar.cache, hdd: liar.hdd}
+		file(moved, "moved.yaml", "")
+		out := sh(t, "flashcache node apply --config /root/moved.yaml")
+		if mode := sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-honest))/bcache/cache_mode"); !strings.Contains(mode, "[writethrough]") {
+			t.Errorf("vol-honest rebuilt on the lying disk: %q, want writethrough\n%s", mode, out)
+		}
+		liarDev := sh(t, "readlink -f "+liar.hdd.ByID())
+		if !strings.Contains(out, "Unsafe") || !strings.Contains(out, "backing "+liarDev) {
+			t.Errorf("apply did not probe the lying disk %s:\n%s", liarDev, out)
+		}
+		sh(t, "flashcache node teardown --confirm --config /root/moved.yaml")
+		if out := sh(t, "ls /run/flashcache/checks/"); strings.Contains(out, "vol-honest") {
+			t.Errorf("teardown left the check behind: %s", out)
+		}
+	})
 }
 
 // missing counts the records of a round that are absent or damaged on dev, whose record 0 is

@@ -228,6 +228,24 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.ReplacementPolicy
   scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyDeviceStatus
+  map:
+    fields:
+    - name: device
+      type:
+        scalar: string
+    - name: hardwareID
+      type:
+        scalar: string
+    - name: path
+      type:
+        scalar: string
+    - name: role
+      type:
+        scalar: string
+    - name: verdict
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyVerdict
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyPolicy
   scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetySpec
@@ -257,6 +275,14 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: checkedAt
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: devices
+      type:
+        list:
+          elementType:
+            namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyDeviceStatus
+          elementRelationship: associative
+          keys:
+          - role
     - name: reasons
       type:
         list:

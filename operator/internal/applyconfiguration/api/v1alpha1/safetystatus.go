@@ -18,6 +18,9 @@ type SafetyStatusApplyConfiguration struct {
 	Reasons []string `json:"reasons,omitempty"`
 	// checkedAt is when the checks ran.
 	CheckedAt *v1.Time `json:"checkedAt,omitempty"`
+	// devices are the devices the verdict is of. It holds for them only: a volume rebuilt on
+	// other disks, or given another SSD, is checked again before it may write back.
+	Devices []SafetyDeviceStatusApplyConfiguration `json:"devices,omitempty"`
 }
 
 // SafetyStatusApplyConfiguration constructs a declarative configuration of the SafetyStatus type for use with
@@ -49,5 +52,18 @@ func (b *SafetyStatusApplyConfiguration) WithReasons(values ...string) *SafetySt
 // If called multiple times, the CheckedAt field is set to the value of the last call.
 func (b *SafetyStatusApplyConfiguration) WithCheckedAt(value v1.Time) *SafetyStatusApplyConfiguration {
 	b.CheckedAt = &value
+	return b
+}
+
+// WithDevices adds the given value to the Devices field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Devices field.
+func (b *SafetyStatusApplyConfiguration) WithDevices(values ...*SafetyDeviceStatusApplyConfiguration) *SafetyStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithDevices")
+		}
+		b.Devices = append(b.Devices, *values[i])
+	}
 	return b
 }
