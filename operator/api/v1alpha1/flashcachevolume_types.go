@@ -179,10 +179,9 @@ type VolumeSpec struct {
 // SafetySpec configures the durability checks run before writeback is enabled.
 type SafetySpec struct {
 	// policy is Enforce or Warn. Enforce enables writeback only when every device is judged
-	// Safe and the cache is not worn: a device judged Unsafe or Unknown (a volatile write cache
-	// that could not be measured, or an SSD that completes flushes faster than any SSD without
-	// power-loss protection can) keeps the volume in writethrough, since in writeback the SSD
-	// holds the only copy of dirty data. A cache known to be battery or flash backed is declared
+	// Safe and the cache is not worn: a device judged Unsafe (flushes that cost nothing, on a
+	// disk or an SSD) or Unknown (a volatile write cache that could not be measured) keeps the
+	// volume in writethrough, since in writeback the SSD holds the only copy of dirty data. A cache known to be battery or flash backed is declared
 	// with trustWriteCache; Warn enables writeback whatever the verdict, and reports it.
 	// +optional
 	// +kubebuilder:default=Enforce
