@@ -1,8 +1,10 @@
 //go:build vm
 
 // Package durability cuts the power under a committing workload and counts the commits that
-// were acknowledged and then lost: on an honest backing disk with a volatile write cache, and on
-// one that lies about flushes.
+// were acknowledged and then lost: on an honest SSD and backing disk that both have volatile
+// write caches, and on a backing disk that lies about flushes. It also checks that the
+// durability check tells honest disks and SSDs from lying ones, and that its verdict is of the
+// devices it probed.
 package durability
 
 import (
@@ -60,8 +62,10 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
 	defer cancel()
 
+	// The honest volume's SSD has a volatile cache too, which its flushes write to flash: a
+	// power cut loses what bcache did not flush, on both of its disks.
 	honest := &volume{name: "vol-honest",
-		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-cache-h", Size: 1 << 30},
+		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-cache-h", Size: 1 << 30, Cache: vmharness.CacheVolatileHonest},
 		hdd:   vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-pc-honest", Size: 1 << 30, Cache: vmharness.CacheVolatileHonest}}
 	liar := &volume{name: "vol-liar",
 		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-cache-l", Size: 1 << 30},
@@ -69,8 +73,12 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 		// bucket would add its own jitter to the flush cost the check measures.
 		hdd:   vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-pc-liar", Size: 1 << 30, Cache: vmharness.CacheVolatileLying, IOPS: -1},
 		extra: "  safety: {policy: Warn}\n"}
+	// An SSD that acknowledges flushes it does not do, checked only: beside a plain disk.
+	ssdLiar := &volume{name: "vol-ssd-liar",
+		cache: vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-pc-ssd-liar", Size: 256 << 20, Cache: vmharness.CacheVolatileLying},
+		hdd:   vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-pc-plain", Size: 256 << 20}}
 	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: t.TempDir(), Logf: t.Logf,
-		Disks: []vmharness.Disk{honest.cache, honest.hdd, liar.cache, liar.hdd}})
+		Disks: []vmharness.Disk{honest.cache, honest.hdd, liar.cache, liar.hdd, ssdLiar.cache, ssdLiar.hdd}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +112,11 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 	file(honest, "honest.yaml", "")
 	file(liar, "liar.yaml", "")
 	file(liar, "liar-warn.yaml", liar.extra)
+	file(ssdLiar, "ssd-liar.yaml", "")
 
 	t.Run("CheckTellsTheHonestDiskFromTheLiar", func(t *testing.T) {
 		verdicts := map[string]string{}
-		for _, f := range []string{"honest.yaml", "liar.yaml"} {
+		for _, f := range []string{"honest.yaml", "liar.yaml", "ssd-liar.yaml"} {
 			var r struct {
 				Volumes []struct {
 					Check struct {
@@ -125,13 +134,16 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 			}
 			for _, d := range r.Volumes[0].Check.Devices {
 				t.Logf("%s %s: %s %q", f, d.Role, d.Verdict, d.Reasons)
-				if d.Role == "backing" {
-					verdicts[f] = d.Verdict
-				}
+				verdicts[f+" "+d.Role] = d.Verdict
 			}
 		}
-		if verdicts["honest.yaml"] != "Safe" || verdicts["liar.yaml"] != "Unsafe" {
-			t.Errorf("backing verdicts: honest %s, liar %s; want Safe and Unsafe", verdicts["honest.yaml"], verdicts["liar.yaml"])
+		for _, want := range []struct{ device, verdict string }{
+			{"honest.yaml cache", "Safe"}, {"honest.yaml backing", "Safe"},
+			{"liar.yaml backing", "Unsafe"}, {"ssd-liar.yaml cache", "Unsafe"},
+		} {
+			if got := verdicts[want.device]; got != want.verdict {
+				t.Errorf("%s: %s, want %s", want.device, got, want.verdict)
+			}
 		}
 	})
 
@@ -323,7 +335,7 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 
 	t.Logf("\n%-28s %5s %8s %22s %30s\n%-28s %5d %8d %22d %30d\n%-28s %5d %8d %22d %30d",
 		"case", "cuts", "acked", "lost (through volume)", "lost (backing, after flush)",
-		"honest volatile cache", cuts+1, honest.acked, honest.lostVolume, honest.lostBacking,
+		"honest volatile caches", cuts+1, honest.acked, honest.lostVolume, honest.lostBacking,
 		"lying cache (forced by Warn)", cuts+1, liar.acked, liar.lostVolume, liar.lostBacking)
 	if honest.lostVolume != 0 || honest.lostBacking != 0 {
 		t.Errorf("honest disks lost acknowledged writes: %d through the volume, %d on the backing disk", honest.lostVolume, honest.lostBacking)

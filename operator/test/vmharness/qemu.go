@@ -67,10 +67,10 @@ type Disk struct {
 	// NVMeCriticalWarning is the SMART critical warning an NVMe disk reports (bit 0: available
 	// spare below threshold), for the wear checks.
 	NVMeCriticalWarning uint8
-	// Cache is the HDD's write cache; the zero value, CacheNone, is QEMU's plain file backing.
+	// Cache is the disk's write cache; the zero value, CacheNone, is QEMU's plain file backing.
 	// A volatile cache is served by nbdkit processes the harness runs beside QEMU (logs in
 	// <WorkDir>/nbd-<Serial>-*.log), so that a power cut (Kill) can lose what the guest did not
-	// flush, or, with CacheVolatileLying, what it did. Not available for NVMe.
+	// flush, or, with CacheVolatileLying, what it did.
 	Cache DiskCache
 	// Faulty serves the disk through nbdkit's error filter, which fails every read and write
 	// with EIO while VM.SetFailing has it failing: a drive that still answers but whose media
@@ -112,8 +112,6 @@ func prepareDisks(disks []Disk, workDir string) ([]Disk, error) {
 		switch {
 		case d.Cache != CacheNone && !d.Cache.volatile():
 			return nil, fmt.Errorf("disk %s: unknown cache %v", d.Serial, d.Cache)
-		case d.Cache.volatile() && d.Kind != HDD:
-			return nil, fmt.Errorf("disk %s: a volatile cache is emulated for HDDs only", d.Serial)
 		case d.Cache.volatile() && d.Faulty:
 			return nil, fmt.Errorf("disk %s: a faulty disk has no volatile cache", d.Serial)
 		}

@@ -108,8 +108,25 @@ func TestVolatileHDDIsServedByNbdkitBehindTheSameDevice(t *testing.T) {
 		t.Errorf("liar front args: %s", front)
 	}
 
+	// An NVMe disk's volatile cache pays an SSD's flush, and keeps its discard.
+	ssds, err := prepareDisks([]Disk{{Kind: NVMe, Serial: "ssd0", Size: 1 << 20, Cache: CacheVolatileHonest}}, "/w,d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssd, err := newVolatileDisk(ssds[0], "/w,d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(ssd.cache.args, " "); !strings.Contains(got, "delay-write=1ms") {
+		t.Errorf("SSD cache server args: %s", got)
+	}
+	ssdArgs := strings.Join(qemuArgs(qemuConfig{kernel: "k", initrd: "i", cmdline: "c", rootDisk: "/r.qcow2", disks: ssds,
+		memoryMiB: 2048, cpus: 2, sshPort: 2222, consoleLog: "/c.log", nbdSockets: map[string]string{"ssd0": ssd.guestSocket()}}), " ")
+	if !strings.Contains(ssdArgs, "driver=nbd,server.type=unix,server.path=/w,,d/nbd-ssd0-cache.sock,discard=unmap -device nvme,id=ssd0") {
+		t.Errorf("SSD args: %s", ssdArgs)
+	}
+
 	for name, d := range map[string]Disk{
-		"volatile NVMe": {Kind: NVMe, Serial: "a", Size: 4096, Cache: CacheVolatileHonest},
 		"unknown cache": {Kind: HDD, Serial: "a", Size: 4096, Cache: 7},
 	} {
 		if _, err := prepareDisks([]Disk{d}, "/w"); err == nil {

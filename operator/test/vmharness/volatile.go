@@ -25,7 +25,8 @@ const (
 	// CacheVolatileHonest: writes land in a volatile cache and a power cut loses whatever the
 	// guest had not flushed. A flush (or FUA write) writes the cached blocks to the backing file
 	// and costs what a 7200 rpm disk's does: VolatileFlushDelay per dirty VolatileBlockSize
-	// block, so about 8 ms after a small write and about 125 MiB/s for a large one.
+	// block, so about 8 ms after a small write and about 125 MiB/s for a large one. On an NVMe
+	// disk it costs what programming flash does: VolatileSSDFlushDelay per block.
 	CacheVolatileHonest
 	// CacheVolatileLying: like CacheVolatileHonest, but flushes and FUA are acknowledged at once
 	// without writing anything. A power cut loses every write since the cache was last written
@@ -53,9 +54,13 @@ func (c DiskCache) volatile() bool { return c == CacheVolatileHonest || c == Cac
 // one delay (about one revolution at 7200 rpm: rotational latency plus a short seek), and a
 // flush of a long sequential run writes 1 MiB per delay. A flush holds the cache's lock, so
 // other I/O waits for it, as it waits behind a real disk's cache flush.
+// An SSD's flush programs its cached pages into flash: VolatileSSDFlushDelay is about what a
+// consumer NVMe drive's flush after a small write takes, and 1 MiB per delay is about its
+// sequential write speed.
 const (
-	VolatileBlockSize  = 1 << 20
-	VolatileFlushDelay = 8 * time.Millisecond
+	VolatileBlockSize     = 1 << 20
+	VolatileFlushDelay    = 8 * time.Millisecond
+	VolatileSSDFlushDelay = time.Millisecond
 )
 
 // nbdServer is one nbdkit process serving on a Unix socket in the work dir.
@@ -128,7 +133,11 @@ func newVolatileDisk(d Disk, workDir string) (*volatileDisk, error) {
 		v.cache.args = faultyServerArgs(v.cache.sock, v.cache.pidFile, d.Path, v.failFile)
 		return v, nil
 	}
-	v.cache.args = cacheServerArgs(v.cache.sock, v.cache.pidFile, d.Path)
+	delay := VolatileFlushDelay
+	if d.Kind == NVMe {
+		delay = VolatileSSDFlushDelay
+	}
+	v.cache.args = cacheServerArgs(v.cache.sock, v.cache.pidFile, d.Path, delay)
 	// The cache filter keeps its (unlinked) cache file in TMPDIR; the work dir has the room a
 	// disk's worth of blocks may need, /tmp may not.
 	v.cache.env = []string{"TMPDIR=" + workDir}
@@ -146,17 +155,18 @@ func newVolatileDisk(d Disk, workDir string) (*volatileDisk, error) {
 //     write every dirty block to the plugin. The cache file is unlinked, so killing nbdkit
 //     loses them. No cache-max-size: in 1.32 reclaiming punches holes in the cache file
 //     without writing dirty blocks back, which would lose data without any power cut.
-//   - delay-write: the rotational cost of each block written back (see VolatileFlushDelay).
+//   - delay-write: the cost of each block written back (VolatileFlushDelay for a rotating disk,
+//     VolatileSSDFlushDelay for an SSD).
 //   - fua fuamode=discard under the cache: the backing file's host page cache already survives
 //     a power cut of the emulated machine, so the host's fdatasync adds nothing but noise (from
 //     under a millisecond to tens of milliseconds on a busy host) to the modelled latency.
-func cacheServerArgs(sock, pidFile, backing string) []string {
+func cacheServerArgs(sock, pidFile, backing string, delay time.Duration) []string {
 	return []string{
 		"--foreground", "--unix", sock, "--pidfile", pidFile,
 		"--filter=cache", "--filter=delay", "--filter=fua",
 		"file", "file=" + backing,
 		"cache=writeback", "cache-min-block-size=" + strconv.Itoa(VolatileBlockSize),
-		"delay-write=" + strconv.FormatInt(VolatileFlushDelay.Milliseconds(), 10) + "ms",
+		"delay-write=" + strconv.FormatInt(delay.Milliseconds(), 10) + "ms",
 		"fuamode=discard",
 	}
 }
