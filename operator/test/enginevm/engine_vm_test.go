@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -40,6 +42,42 @@ type guest struct {
 	vm  *vmharness.VM
 	ctx context.Context
 	dir string
+}
+
+// hostPath is the file on the host that holds d's blocks.
+func (g *guest) hostPath(t *testing.T, d vmharness.Disk) string {
+	t.Helper()
+	for _, vd := range g.vm.Disks() {
+		if vd.Serial == d.Serial {
+			return vd.Path
+		}
+	}
+	t.Fatalf("no disk %s in the VM", d.Serial)
+	return ""
+}
+
+// allocatedIn is how many bytes of [off, off+n) of a sparse host file hold data.
+func allocatedIn(t *testing.T, path string, off, n int64) int64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var total int64
+	for pos := off; pos < off+n; {
+		data, err := unix.Seek(int(f.Fd()), pos, unix.SEEK_DATA)
+		if err != nil || data >= off+n {
+			break // ENXIO: no data past pos
+		}
+		hole, err := unix.Seek(int(f.Fd()), data, unix.SEEK_HOLE)
+		if err != nil {
+			t.Fatalf("SEEK_HOLE in %s: %v", path, err)
+		}
+		total += min(hole, off+n) - data
+		pos = hole
+	}
+	return total
 }
 
 // sh runs a shell command in the guest and fails the test if it fails.
@@ -315,6 +353,15 @@ func testBuild(t *testing.T, g *guest) {
 	// The emulated HDD's "platters" are a file on the host, which completes flushes faster
 	// than any real disk: trusted here, judged in CheckJudgesTheDevices.
 	g.volumeFile(t, "a.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted)
+	// Data without a signature where the spare area will be, as a used SSD has: the engine's
+	// whole-device discard must tell the SSD those blocks are free. The emulated NVMe passes
+	// discards to its file on the host, which shows them as holes.
+	const oldData = 64 << 20
+	g.sh(t, fmt.Sprintf("dd if=/dev/urandom of=%s bs=1M seek=%d count=%d oflag=direct status=none", cacheA.ByID(), (cacheA.Size-oldData)>>20, oldData>>20))
+	nvmeFile := g.hostPath(t, cacheA)
+	if got := allocatedIn(t, nvmeFile, cacheA.Size-oldData, oldData); got < oldData {
+		t.Fatalf("the old data took %d bytes of the NVMe's file, want %d", got, oldData)
+	}
 	start := time.Now()
 	r, code, stderr := g.node(t, "apply", "a.yaml")
 	if code != 0 || !r.Changed {
@@ -351,6 +398,9 @@ func testBuild(t *testing.T, g *guest) {
 	free := diskSectors - (start1 + size1)
 	if free*100/diskSectors < 19 {
 		t.Errorf("only %d of %d sectors left unpartitioned", free, diskSectors)
+	}
+	if got := allocatedIn(t, nvmeFile, cacheA.Size-oldData, oldData); got > 1<<20 {
+		t.Errorf("the spare area still holds %d bytes of old data on the SSD: it was not discarded", got)
 	}
 
 	// Tunables read back as set.
