@@ -20,6 +20,7 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/agent"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/version"
 )
 
@@ -32,7 +33,9 @@ type agentOptions struct {
 	stateDir     string
 	flushTimeout time.Duration
 	requestGrace time.Duration
-	zap          zap.Options
+	// heartbeatNamespace is where the agent renews its Lease; empty: no heartbeat.
+	heartbeatNamespace string
+	zap                zap.Options
 }
 
 func newAgentCommand() *cobra.Command {
@@ -56,6 +59,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded (on the host, so they outlive the pod)")
 	f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept (on the host, so it outlives the pod)")
 	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush (a drain's or an eviction's); a longer flush goes on in the next reconcile")
+	f.StringVar(&opts.heartbeatNamespace, "heartbeat-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this node's heartbeat Lease, which the eviction webhook reads to say when a drain waits on a dead agent (default $POD_NAMESPACE); empty: no heartbeat")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
@@ -107,6 +111,18 @@ func runAgent(opts agentOptions) error {
 	}
 	if err := mgr.Add(r); err != nil {
 		return fmt.Errorf("adding the start-up pass: %w", err)
+	}
+	if opts.heartbeatNamespace != "" {
+		// Its own client: the manager's would read Leases through a cache of all of them.
+		leases, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating the heartbeat's client: %w", err)
+		}
+		if err := mgr.Add(&heartbeat.Renewer{Client: leases, Namespace: opts.heartbeatNamespace, Node: opts.nodeName}); err != nil {
+			return fmt.Errorf("adding the heartbeat: %w", err)
+		}
+	} else {
+		ctrl.Log.Info("no --heartbeat-namespace: drains will not be told when this agent is down")
 	}
 	return runManager(mgr, r.Ready)
 }

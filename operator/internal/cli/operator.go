@@ -65,6 +65,7 @@ func newOperatorCommand() *cobra.Command {
 	f.StringVar(&opts.webhook.Secret.Name, "webhook-secret", "flashcache-webhook-certs", "Secret that keeps the self-made certificates")
 	f.StringVar(&opts.webhook.DNSName, "webhook-dns-name", "", "name in the serving certificate (default <service>.<namespace>.svc)")
 	f.StringVar(&opts.webhook.Configuration, "webhook-configuration", "flashcache-eviction", "ValidatingWebhookConfiguration to inject the CA into")
+	f.StringVar(&opts.webhook.AgentNamespace, "agent-namespace", os.Getenv("POD_NAMESPACE"), "namespace where the node agents renew their heartbeat Leases (default $POD_NAMESPACE); empty: a held eviction does not check them")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
 	f.AddGoFlagSet(goFlags)

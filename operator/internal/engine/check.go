@@ -25,11 +25,11 @@ type DeviceCheck struct {
 	HardwareID string            `json:"hardwareID,omitempty"`
 	SizeBytes  int64             `json:"sizeBytes"`
 	Kernel     safety.KernelView `json:"kernel"`
-	Cache   safety.DeviceView `json:"writeCache"`
-	Probe   *safety.Probe     `json:"probe,omitempty"`
-	Wear    *safety.Wear      `json:"wear,omitempty"`
-	Verdict safety.Verdict    `json:"verdict"`
-	Reasons []string          `json:"reasons"`
+	Cache      safety.DeviceView `json:"writeCache"`
+	Probe      *safety.Probe     `json:"probe,omitempty"`
+	Wear       *safety.Wear      `json:"wear,omitempty"`
+	Verdict    safety.Verdict    `json:"verdict"`
+	Reasons    []string          `json:"reasons"`
 }
 
 // CheckReport is the judgement of a volume: the worst of its devices, and what the policy makes

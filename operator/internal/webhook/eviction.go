@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/units"
 )
 
@@ -37,6 +38,10 @@ type EvictionGate struct {
 	Writer   client.Writer
 	Recorder events.EventRecorder
 	Now      func() time.Time
+	// Agents reads the node agents' Leases (heartbeat) in AgentNamespace, uncached: a held
+	// eviction whose agent is silent says so, and how to proceed. Nil or empty: not checked.
+	Agents         client.Reader
+	AgentNamespace string
 }
 
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
@@ -63,7 +68,7 @@ func (g *EvictionGate) Handle(ctx context.Context, req admission.Request) admiss
 			}
 			continue
 		}
-		waiting = append(waiting, why)
+		waiting = append(waiting, why+g.agentSilence(ctx, fcv))
 		if req.DryRun != nil && *req.DryRun {
 			continue
 		}
@@ -76,6 +81,25 @@ func (g *EvictionGate) Handle(ctx context.Context, req admission.Request) admiss
 	}
 	log.Info("eviction held back until the cache is clean", "waiting", waiting)
 	return admission.Response{AdmissionResponse: admissionResponse(strings.Join(waiting, "; "))}
+}
+
+// agentSilence is what a held eviction adds when the volume's node agent is not heartbeating:
+// the flush cannot start without it, so the drain would wait for good. It names the way on.
+func (g *EvictionGate) agentSilence(ctx context.Context, fcv *fcv1.FlashCacheVolume) string {
+	if g.Agents == nil || g.AgentNamespace == "" {
+		return ""
+	}
+	silent, err := heartbeat.Silence(ctx, g.Agents, g.AgentNamespace, fcv.Spec.NodeName, g.now())
+	if err != nil {
+		logf.FromContext(ctx).Error(err, "reading the node agent's heartbeat", "node", fcv.Spec.NodeName)
+		return ""
+	}
+	if silent == "" {
+		return ""
+	}
+	return fmt.Sprintf(" (%s: nothing flushes while it is down; its pod: kubectl -n %s get pods -l app.kubernetes.io/component=agent --field-selector spec.nodeName=%s. "+
+		"To evict without the flush, losing what only the SSD holds: kubectl annotate flashcachevolume %s %s=true; see docs/runbooks/agent-down.md)",
+		silent, g.AgentNamespace, fcv.Spec.NodeName, fcv.Name, fcv1.AnnotationEvictWithoutFlush)
 }
 
 // volumesOf follows pod -> claims -> PersistentVolumes -> FlashCacheVolumes in the cache.

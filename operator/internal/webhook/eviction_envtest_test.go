@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/controller"
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 )
@@ -90,11 +91,12 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		if err := Register(mgr, Options{}, nil); err != nil {
+		if err := Register(mgr, Options{AgentNamespace: "default"}, nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		gate = &EvictionGate{Reader: mgr.GetCache(), Writer: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test")}
+		gate = &EvictionGate{Reader: mgr.GetCache(), Writer: mgr.GetClient(), Recorder: mgr.GetEventRecorder("test"),
+			Agents: mgr.GetAPIReader(), AgentNamespace: "default"}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() { _ = mgr.Start(ctx) }()
@@ -304,5 +306,34 @@ func BenchmarkGateAdmitsAPodWithoutFlashcacheVolumes(b *testing.B) {
 		if res := gate.Handle(ctx, req); !res.Allowed {
 			b.Fatalf("denied: %v", res.Result)
 		}
+	}
+}
+
+func TestAHeldEvictionSaysWhenTheNodeAgentIsSilentAndHowToProceed(t *testing.T) {
+	pod, fcv := fixture(t, fcv1.CacheModeWriteback, dirtyWriteback("5Mi"), nil)
+	ctx := context.Background()
+	escape := "kubectl annotate flashcachevolume " + fcv.Name + " " + fcv1.AnnotationEvictWithoutFlush + "=true"
+
+	err := evict(pod)
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "the node agent on node-1 has never reported") ||
+		!strings.Contains(err.Error(), escape) || !strings.Contains(err.Error(), "docs/runbooks/agent-down.md") {
+		t.Fatalf("no Lease: %v, want 429 naming the silent agent and the way out", err)
+	}
+
+	renewer := &heartbeat.Renewer{Client: k8s, Namespace: "default", Node: "node-1"}
+	if err := renewer.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := evict(pod); !apierrors.IsTooManyRequests(err) || strings.Contains(err.Error(), "kubectl annotate") {
+		t.Errorf("fresh Lease: %v, want 429 without the way around the flush", err)
+	}
+
+	renewer.Now = func() time.Time { return time.Now().Add(-3 * time.Minute) }
+	if err := renewer.Renew(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = evict(pod)
+	if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "last reported 3m0s ago") || !strings.Contains(err.Error(), escape) {
+		t.Errorf("stale Lease: %v, want 429 saying when the agent last reported", err)
 	}
 }

@@ -45,6 +45,9 @@ type Options struct {
 	DNSName string
 	// Configuration is the ValidatingWebhookConfiguration to inject the CA into.
 	Configuration string
+	// AgentNamespace is where the node agents renew their Leases (heartbeat); empty: a held
+	// eviction does not say whether the agent is alive.
+	AgentNamespace string
 }
 
 // The certificate Secret lives in the operator's namespace: a Role there, not a ClusterRole, so
@@ -86,6 +89,9 @@ func Register(mgr ctrl.Manager, opts Options, source *SecretCertificate) error {
 		Reader:   mgr.GetCache(),
 		Writer:   mgr.GetClient(),
 		Recorder: mgr.GetEventRecorder("flashcache-eviction-webhook"),
+		// Uncached: one Get per held eviction, instead of a watch of every Lease in the namespace.
+		Agents:         mgr.GetAPIReader(),
+		AgentNamespace: opts.AgentNamespace,
 	}})
 	if source == nil {
 		return nil
