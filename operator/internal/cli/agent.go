@@ -35,6 +35,7 @@ type agentOptions struct {
 	requestGrace time.Duration
 	// heartbeatNamespace is where the agent renews its Lease; empty: no heartbeat.
 	heartbeatNamespace string
+	heartbeatInterval  time.Duration
 	zap                zap.Options
 }
 
@@ -60,6 +61,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept (on the host, so it outlives the pod)")
 	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush (a drain's or an eviction's); a longer flush goes on in the next reconcile")
 	f.StringVar(&opts.heartbeatNamespace, "heartbeat-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this node's heartbeat Lease, which the eviction webhook reads to say when a drain waits on a dead agent (default $POD_NAMESPACE); empty: no heartbeat")
+	f.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", heartbeat.DefaultInterval, "how often the heartbeat Lease is renewed; it is counted silent after four intervals")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
@@ -118,7 +120,7 @@ func runAgent(opts agentOptions) error {
 		if err != nil {
 			return fmt.Errorf("creating the heartbeat's client: %w", err)
 		}
-		if err := mgr.Add(&heartbeat.Renewer{Client: leases, Namespace: opts.heartbeatNamespace, Node: opts.nodeName}); err != nil {
+		if err := mgr.Add(&heartbeat.Renewer{Client: leases, Namespace: opts.heartbeatNamespace, Node: opts.nodeName, Interval: opts.heartbeatInterval}); err != nil {
 			return fmt.Errorf("adding the heartbeat: %w", err)
 		}
 	} else {

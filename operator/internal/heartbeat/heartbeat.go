@@ -18,11 +18,12 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
 
-// DefaultInterval is how often an agent renews its Lease; a Lease not renewed for
-// LeaseDuration (three intervals and a margin) is an agent that is gone or stuck.
+// DefaultInterval is how often an agent renews its Lease. The Lease says it lasts
+// LeaseIntervals intervals: one not renewed for that long is an agent that is gone or stuck,
+// not one that missed a renewal or two.
 const (
 	DefaultInterval = 10 * time.Second
-	LeaseDuration   = 40 * time.Second
+	LeaseIntervals  = 4
 )
 
 // LeaseName is the name of the node agent's Lease on node.
@@ -41,15 +42,22 @@ type Renewer struct {
 // NeedLeaderElection: every agent renews its own Lease.
 func (r *Renewer) NeedLeaderElection() bool { return false }
 
+func (r *Renewer) interval() time.Duration {
+	if r.Interval <= 0 {
+		return DefaultInterval
+	}
+	return r.Interval
+}
+
+func (r *Renewer) leaseSeconds() int32 {
+	return int32(max(1, (LeaseIntervals*r.interval()+time.Second-1)/time.Second))
+}
+
 // Start renews the Lease every Interval until ctx ends; an API error is logged and retried at
 // the next tick, since a heartbeat that gives up is worse than one that is late.
 func (r *Renewer) Start(ctx context.Context) error {
 	log := logf.FromContext(ctx).WithName("heartbeat").WithValues("lease", r.Namespace+"/"+LeaseName(r.Node))
-	interval := r.Interval
-	if interval <= 0 {
-		interval = DefaultInterval
-	}
-	tick := time.NewTicker(interval)
+	tick := time.NewTicker(r.interval())
 	defer tick.Stop()
 	for {
 		if err := r.Renew(ctx); err != nil {
@@ -73,7 +81,7 @@ func (r *Renewer) Renew(ctx context.Context) error {
 		lease = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 				Labels: map[string]string{"app.kubernetes.io/name": "flashcache", "app.kubernetes.io/component": "agent"}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.Node), LeaseDurationSeconds: ptr.To(int32(LeaseDuration / time.Second)),
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.Node), LeaseDurationSeconds: ptr.To(r.leaseSeconds()),
 				AcquireTime: &now, RenewTime: &now},
 		}
 		if err := r.Client.Create(ctx, &lease); err != nil {
@@ -85,7 +93,7 @@ func (r *Renewer) Renew(ctx context.Context) error {
 		return fmt.Errorf("reading lease %s: %w", key, err)
 	}
 	lease.Spec.HolderIdentity = ptr.To(r.Node)
-	lease.Spec.LeaseDurationSeconds = ptr.To(int32(LeaseDuration / time.Second))
+	lease.Spec.LeaseDurationSeconds = ptr.To(r.leaseSeconds())
 	lease.Spec.RenewTime = &now
 	if err := r.Client.Update(ctx, &lease); err != nil {
 		return fmt.Errorf("renewing lease %s: %w", key, err)
@@ -111,7 +119,7 @@ func Silence(ctx context.Context, reader client.Reader, namespace, node string, 
 		}
 		return "", fmt.Errorf("reading lease %s: %w", key, err)
 	}
-	duration := LeaseDuration
+	duration := LeaseIntervals * DefaultInterval
 	if d := lease.Spec.LeaseDurationSeconds; d != nil && *d > 0 {
 		duration = time.Duration(*d) * time.Second
 	}

@@ -31,8 +31,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
-	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/controller"
+	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 )
 

@@ -43,6 +43,9 @@ const (
 	// requestGrace is the agent's --flush-request-grace: short, so uncordon restores writeback
 	// within the test.
 	requestGrace = 15 * time.Second
+	// heartbeatInterval is the agent's --heartbeat-interval: short, so that a stopped agent is
+	// counted silent after 8 s rather than 40.
+	heartbeatInterval = 2 * time.Second
 	// chartNamespace is where the test installs the chart.
 	chartNamespace = "flashcache-system"
 )
@@ -110,7 +113,8 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	startAgent := func(t *testing.T) {
 		t.Helper()
 		sh(t, fmt.Sprintf("setsid nohup flashcache agent --kubeconfig /root/agent.kubeconfig --node-name %s "+
-			"--flush-request-grace %s >>/root/agent.log 2>&1 </dev/null &", nodeName, requestGrace))
+			"--flush-request-grace %s --heartbeat-namespace %s --heartbeat-interval %s >>/root/agent.log 2>&1 </dev/null &",
+			nodeName, requestGrace, chartNamespace, heartbeatInterval))
 	}
 	t.Cleanup(func() {
 		if t.Failed() && vm != nil {
@@ -327,6 +331,29 @@ spec:
 	if t.Failed() {
 		t.FailNow()
 	}
+
+	t.Run("AnEvictionWaitingOnAStoppedAgentNamesItAndTheWayOut", func(t *testing.T) {
+		sh(t, "pkill -x flashcache; for i in $(seq 50); do pgrep -x flashcache >/dev/null || break; sleep 0.2; done")
+		defer startAgent(t)
+		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "mysql-0", Namespace: "default"},
+			DeleteOptions: &metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}}
+		var said string
+		eventually(t, ctx, time.Minute, "a 429 naming the silent agent", func(ctx context.Context) (string, bool, error) {
+			err := c.Client.CoreV1().Pods("default").EvictV1(ctx, eviction)
+			if !apierrors.IsTooManyRequests(err) {
+				return fmt.Sprint(err), false, fmt.Errorf("the eviction of a pod on a writeback volume with its agent down: %v, want 429", err)
+			}
+			said = err.Error()
+			return said, strings.Contains(said, "the node agent on "+nodeName+" last reported"), nil
+		})
+		t.Logf("the eviction's answer: %s", said)
+		for _, want := range []string{"kubectl -n " + chartNamespace + " get pods -l app.kubernetes.io/component=agent --field-selector spec.nodeName=" + nodeName,
+			"kubectl annotate flashcachevolume " + volumeName + " flashcache.io/evict-without-flush=true", "docs/runbooks/agent-down.md"} {
+			if !strings.Contains(said, want) {
+				t.Errorf("the answer lacks %q", want)
+			}
+		}
+	})
 
 	t.Run("EvictionWithoutCordonFlushesToo", func(t *testing.T) {
 		// What an autoscaler or a descheduler does: evict, with the node still schedulable.

@@ -108,7 +108,7 @@ func (c *Cluster) StartOperator(t testing.TB, ctx context.Context, opts Operator
 	cmd := exec.Command(opts.Binary, "operator", "--kubeconfig", path,
 		"--metrics-bind-address", metricsAddr, "--health-probe-bind-address", "0",
 		"--leader-elect", "--leader-election-namespace", opts.Namespace,
-		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", opts.Namespace,
+		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", opts.Namespace, "--agent-namespace", opts.Namespace,
 		"--webhook-dns-name", "localhost", "--webhook-cert-dir", filepath.Join(opts.Dir, "webhook-certs"))
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A test binary that dies (timeout, panic) must not leave an operator behind.
