@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,7 +94,8 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"); err != nil {
 		t.Fatal(err)
 	}
-	webhookPort := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir}).WebhookPort
+	operator := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir})
+	webhookPort := operator.WebhookPort
 
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
 	if err := vm.CopyFile(ctx, binary, "/usr/local/bin/flashcache", 0o755); err != nil {
@@ -471,6 +473,39 @@ spec:
 
 	// The disks are blank again: the HDD becomes an iSCSI LUN behind the same NVMe.
 	t.Run("ISCSIBackingLUN", func(t *testing.T) { testISCSIThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
+
+	// Last, since the operator does not come back: with no operator to answer the webhook, which
+	// fails closed, the eviction of a pod that has nothing to do with flashcache is refused too,
+	// as docs/runbooks/operator-down.md says, and kube-system's pods are not held back.
+	t.Run("WithTheOperatorDownEvictionsOutsideKubeSystemAreRefused", func(t *testing.T) {
+		if err := syscall.Kill(operator.Pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, ctx, 30*time.Second, "the operator to exit", func(context.Context) (string, bool, error) {
+			return "", operator.Exited() != nil, nil
+		})
+		if _, err := c.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, ns := range []string{"web", "kube-system"} {
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "no-volumes", Namespace: ns},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app"}}}}
+			if _, err := c.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eviction := func(ns string) error {
+			return c.Client.CoreV1().Pods(ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "no-volumes", Namespace: ns}})
+		}
+		err := eviction("web")
+		if err == nil || !strings.Contains(err.Error(), `failed calling webhook "eviction.flashcache.io"`) {
+			t.Errorf("eviction of a pod without flashcache volumes, operator down: %v, want the webhook's failure", err)
+		}
+		t.Logf("what kubectl drain would print: %v", err)
+		if err := eviction("kube-system"); err != nil {
+			t.Errorf("eviction in kube-system, operator down: %v, want it admitted", err)
+		}
+	})
 
 	// The chart's RBAC let each component do everything it did: a refused request shows in its
 	// log as "forbidden", and the components log their failed requests before they retry.
