@@ -334,6 +334,68 @@ spec:
 		t.FailNow()
 	}
 
+	t.Run("HitRatioAndMetricsAreWhatTheKernelCounts", func(t *testing.T) {
+		// Random 4 KiB reads of a region nothing wrote, twice over the same offsets: the first
+		// pass misses, the second finds what bcache cached then (or not, if it bypassed).
+		sh(t, "echo 1 > "+stateFile+"clear_stats")
+		sh(t, fmt.Sprintf("fio --name=reads --filename=/dev/flashcache/%s --rw=randread --bs=4k --offset=%d --size=8M --loops=2 "+
+			"--randrepeat=1 --direct=1 --ioengine=psync --output=/dev/null", volumeName, dataSpan))
+		counted := func(file string) int64 {
+			n, err := strconv.ParseInt(sh(t, "cat "+stateFile+"stats_total/"+file), 10, 64)
+			if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			return n
+		}
+		hits, misses := counted("cache_hits"), counted("cache_misses")
+		t.Logf("after the reads: %d hits, %d misses, hit ratio %s%% (bcache)", hits, misses, sh(t, "cat "+stateFile+"stats_total/cache_hit_ratio"))
+		if misses == 0 {
+			t.Fatalf("no miss counted for reads of a region nothing wrote: the workload is not what the test thinks")
+		}
+		metric := func(ctx context.Context, name string, labels ...string) (string, error) {
+			out, err := vm.Output(ctx, "exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3")
+			if err != nil {
+				return "", err
+			}
+			for _, l := range strings.Split(out, "\n") {
+				if !strings.HasPrefix(l, name+"{") || !strings.Contains(l, `volume="`+volumeName+`"`) {
+					continue
+				}
+				all := true
+				for _, label := range labels {
+					all = all && strings.Contains(l, label)
+				}
+				if all {
+					return l[strings.LastIndexByte(l, ' ')+1:], nil
+				}
+			}
+			return "", fmt.Errorf("no %s for %s in the agent's metrics", name, volumeName)
+		}
+		// The agent refreshes an idle volume's status every 30 s; other I/O (MariaDB) may move the
+		// kernel's ratio meanwhile, so each side is read again until they agree.
+		eventually(t, ctx, 2*time.Minute, "the status and the metric to show the kernel's hit ratio", func(ctx context.Context) (string, bool, error) {
+			kernel := sh(t, "cat "+stateFile+"stats_total/cache_hit_ratio")
+			var f fcv1.FlashCacheVolume
+			if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
+				return "", false, err
+			}
+			exported, err := metric(ctx, "flashcache_volume_cache_hit_ratio_percent")
+			if err != nil {
+				return "", false, err
+			}
+			status := "unset"
+			if f.Status.HitRatioPercent != nil {
+				status = strconv.Itoa(int(*f.Status.HitRatioPercent))
+			}
+			seen := fmt.Sprintf("kernel %s%%, status %s%%, metric %s%%", kernel, status, exported)
+			return seen, status == kernel && exported == kernel, nil
+		})
+		state := sh(t, "cat "+stateFile+"state")
+		if got, err := metric(ctx, "flashcache_volume_state", `state="`+state+`"`); err != nil || got != "1" {
+			t.Errorf("flashcache_volume_state for bcache's %q: %q, %v; want 1", state, got, err)
+		}
+	})
+
 	t.Run("AnEvictionWaitingOnAStoppedAgentNamesItAndTheWayOut", func(t *testing.T) {
 		sh(t, "pkill -x flashcache; for i in $(seq 50); do pgrep -x flashcache >/dev/null || break; sleep 0.2; done")
 		defer startAgent(t)
