@@ -13,7 +13,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 )
@@ -81,7 +80,7 @@ func (r *Renewer) Renew(ctx context.Context) error {
 		lease = coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name,
 				Labels: map[string]string{"app.kubernetes.io/name": "flashcache", "app.kubernetes.io/component": "agent"}},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(r.Node), LeaseDurationSeconds: ptr.To(r.leaseSeconds()),
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: new(r.Node), LeaseDurationSeconds: new(r.leaseSeconds()),
 				AcquireTime: &now, RenewTime: &now},
 		}
 		if err := r.Client.Create(ctx, &lease); err != nil {
@@ -92,8 +91,8 @@ func (r *Renewer) Renew(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading lease %s: %w", key, err)
 	}
-	lease.Spec.HolderIdentity = ptr.To(r.Node)
-	lease.Spec.LeaseDurationSeconds = ptr.To(r.leaseSeconds())
+	lease.Spec.HolderIdentity = new(r.Node)
+	lease.Spec.LeaseDurationSeconds = new(r.leaseSeconds())
 	lease.Spec.RenewTime = &now
 	if err := r.Client.Update(ctx, &lease); err != nil {
 		return fmt.Errorf("renewing lease %s: %w", key, err)
