@@ -18,8 +18,10 @@
 {{- .Values.agent.priorityClass.name | default (printf "%s-node-critical" (include "flashcache.fullname" .)) -}}
 {{- end -}}
 
+{{- /* image.tag may be a digest (sha256:...), which pins the image: repository@digest. */}}
 {{- define "flashcache.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- $tag := .Values.image.tag | default .Chart.AppVersion -}}
+{{- printf "%s%s%s" .Values.image.repository (ternary "@" ":" (hasPrefix "sha256:" $tag)) $tag -}}
 {{- end -}}
 
 {{/* Labels of every object; pass (dict "ctx" $ "component" "operator"). */}}
