@@ -70,6 +70,19 @@ func backingKnobValues(reg *blockdev.BackingRegistration) map[string]string {
 
 // Observe reads what the kernel and the disks say about the volume's devices.
 func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
+	o, err := e.observe(ctx, v)
+	var lost *CacheLostError
+	if err != nil && !errors.As(err, &lost) {
+		// A cache device that goes away while it is read fails whichever command read it first
+		// (sfdisk, wipefs): that is a lost cache too, not a failed apply.
+		if _, ierr := blockdev.Inspect(v.Spec.CacheDevice.Path); errors.Is(ierr, blockdev.ErrNotFound) {
+			return nil, e.cacheLost(ctx, v, fmt.Errorf("cacheDevice.path: %w", ierr))
+		}
+	}
+	return o, err
+}
+
+func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
 	o := &Observation{CacheUnusedPercent: -1}
 	var err error
 	if o.RootDisks, err = blockdev.RootDisks(); err != nil {
