@@ -47,7 +47,8 @@ app.kubernetes.io/component: {{ . }}
 {{/*
 The rules of a component's generated Role or ClusterRole (files/rbac/<component>.yaml, copied
 by `make generate` from what controller-gen makes of the Go code's RBAC markers), so the chart
-can never grant other verbs than the code asks for. Pass (dict "ctx" $ "component" "operator" "kind" "Role").
+can never grant other verbs than the code asks for. Pass (dict "ctx" $ "component" "operator" "kind" "Role"),
+and "resource" to keep only the rules on that resource.
 */}}
 {{- define "flashcache.generatedRules" -}}
 {{- $found := false -}}
@@ -55,7 +56,17 @@ can never grant other verbs than the code asks for. Pass (dict "ctx" $ "componen
 {{- $doc := fromYaml . -}}
 {{- if eq (get $doc "kind") $.kind -}}
 {{- $found = true -}}
-{{ toYaml (get $doc "rules") }}
+{{- $rules := get $doc "rules" -}}
+{{- if $.resource -}}
+{{- $kept := list -}}
+{{- range $rules -}}
+{{- if has $.resource .resources -}}
+{{- $kept = append $kept . -}}
+{{- end -}}
+{{- end -}}
+{{- $rules = $kept -}}
+{{- end -}}
+{{ toYaml $rules }}
 {{- end -}}
 {{- end -}}
 {{- if not $found -}}
