@@ -87,18 +87,11 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 		durable = append(durable, flushed.Sub(t))
 	}
 	p := summarize(durable, time.Since(start), offset, size)
-	if len(durable) > 0 {
-		p.PlainP10, p.PlainP50 = percentile(plain, 10), percentile(plain, 50)
-		p.FlushP10, p.FlushP50 = percentile(flush, 10), percentile(flush, 50)
-		p.EmptyFlushP10, p.EmptyFlushP50 = percentile(emptyFlush, 10), percentile(emptyFlush, 50)
-	}
+	w, fl, ef := summarize(plain, 0, offset, size), summarize(flush, 0, offset, size), summarize(emptyFlush, 0, offset, size)
+	p.PlainP10, p.PlainP50 = w.P10, w.P50
+	p.FlushP10, p.FlushP50 = fl.P10, fl.P50
+	p.EmptyFlushP10, p.EmptyFlushP50 = ef.P10, ef.P50
 	return p, nil
-}
-
-// percentile of lat, which it sorts.
-func percentile(lat []time.Duration, pct int) time.Duration {
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return lat[len(lat)*pct/100]
 }
 
 func summarize(lat []time.Duration, total time.Duration, offset, size int64) *Probe {

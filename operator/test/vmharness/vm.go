@@ -317,31 +317,27 @@ var sshReadyMarker = []byte("flashcache-vm: sshd is listening")
 
 const sshReadyFallback = 45 * time.Second
 
-// consoleSaysSince is whether the console log holds marker after offset.
-func consoleSaysSince(console string, offset int64, marker []byte) bool {
+// consoleSince is the console log after offset; nil when it cannot be read.
+func consoleSince(console string, offset int64) []byte {
 	f, err := os.Open(console)
 	if err != nil {
-		return false
+		return nil
 	}
 	defer f.Close()
 	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return false
+		return nil
 	}
 	text, _ := io.ReadAll(f)
-	return bytes.Contains(text, marker)
+	return text
 }
 
 // stallSince is the first stall report in the console log after offset, or "".
 func stallSince(console string, offset int64) string {
-	f, err := os.Open(console)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	if _, err := f.Seek(offset, io.SeekStart); err != nil {
-		return ""
-	}
-	text, _ := io.ReadAll(f)
+	return stallIn(consoleSince(console, offset))
+}
+
+// stallIn is the first stall report in text, or "".
+func stallIn(text []byte) string {
 	for _, m := range stallMarkers {
 		if i := bytes.Index(text, m); i >= 0 {
 			line := text[bytes.LastIndexByte(text[:i], '\n')+1:]
@@ -442,8 +438,12 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 	untilListening:
-		for !consoleSaysSince(vm.console, consoleAt, sshReadyMarker) && time.Since(start) < sshReadyFallback {
-			if line := stallSince(vm.console, consoleAt); line != "" {
+		for time.Since(start) < sshReadyFallback {
+			text := consoleSince(vm.console, consoleAt)
+			if bytes.Contains(text, sshReadyMarker) {
+				break
+			}
+			if line := stallIn(text); line != "" {
 				return &guestStall{line: line}
 			}
 			select {
