@@ -181,8 +181,9 @@ type SafetySpec struct {
 	// policy is Enforce or Warn. Enforce enables writeback only when every device is judged
 	// Safe and the cache is not worn: a device judged Unsafe (flushes that cost nothing, on a
 	// disk or an SSD) or Unknown (a volatile write cache that could not be measured) keeps the
-	// volume in writethrough, since in writeback the SSD holds the only copy of dirty data. A cache known to be battery or flash backed is declared
-	// with trustWriteCache; Warn enables writeback whatever the verdict, and reports it.
+	// volume in writethrough, since in writeback the SSD holds the only copy of dirty data. A
+	// cache known to be battery or flash backed is declared with trustWriteCache; Warn enables
+	// writeback whatever the verdict, and reports it.
 	// +optional
 	// +kubebuilder:default=Enforce
 	Policy SafetyPolicy `json:"policy,omitempty"`

@@ -15,8 +15,9 @@ type SafetySpecApplyConfiguration struct {
 	// policy is Enforce or Warn. Enforce enables writeback only when every device is judged
 	// Safe and the cache is not worn: a device judged Unsafe (flushes that cost nothing, on a
 	// disk or an SSD) or Unknown (a volatile write cache that could not be measured) keeps the
-	// volume in writethrough, since in writeback the SSD holds the only copy of dirty data. A cache known to be battery or flash backed is declared
-	// with trustWriteCache; Warn enables writeback whatever the verdict, and reports it.
+	// volume in writethrough, since in writeback the SSD holds the only copy of dirty data. A
+	// cache known to be battery or flash backed is declared with trustWriteCache; Warn enables
+	// writeback whatever the verdict, and reports it.
 	Policy *apiv1alpha1.SafetyPolicy `json:"policy,omitempty"`
 	// trustWriteCache says that a volatile write cache the checks find is battery or flash backed
 	// (power-loss protection): flushes that cost nothing, or a cache that could not be measured,
