@@ -309,6 +309,29 @@ k get --raw "/api/v1/namespaces/flashcache-system/pods/$agent:8090/proxy/metrics
 grep -E '^flashcache_volume_(state|dirty_bytes|cache_hit_ratio_percent)' "$work/metrics.txt" | indent
 check "agent metrics scraped" grep -q '^flashcache_volume_state{state="clean",volume="mysql-data"} 1' "$work/metrics.txt"
 
+step "What the agent and the operator used on the node: peak memory and CPU time"
+# The chart's requests and limits are set from these figures (the operator's at scale from
+# make bench-scale). memory.peak is the container cgroup's high-water mark, the figure its
+# memory limit is enforced against; the agent saw the whole demo (a DaemonSet is not drained),
+# the operator's replicas only the time since the drain recreated them.
+guest 'for p in $(pgrep -x flashcache); do
+	set -- $(tr "\0" " " </proc/$p/cmdline)
+	cgroup=/sys/fs/cgroup$(cut -d: -f3 </proc/$p/cgroup)
+	echo "$2 $(cat $cgroup/memory.peak) $(awk "{print \$14 + \$15}" /proc/$p/stat)"
+done' >"$work/usage.txt" || true
+while read -r role peak ticks; do
+	note "$role: peak $(numfmt --to=iec-i --suffix=B "$peak"), $((ticks / 100)) CPU s"
+done <"$work/usage.txt"
+agent_peak=$(awk '$1 == "agent" {print $2; exit}' "$work/usage.txt")
+agent_limit=$(k get pods -n flashcache-system -l app.kubernetes.io/component=agent \
+	-o jsonpath='{.items[0].spec.containers[?(@.name=="agent")].resources.limits.memory}')
+agent_restarts=$(k get pods -n flashcache-system -l app.kubernetes.io/component=agent \
+	-o jsonpath='{.items[0].status.containerStatuses[?(@.name=="agent")].restartCount}')
+note "the agent's memory limit: $agent_limit; restarts: $agent_restarts"
+check "the agent's peak memory measured" test -n "$agent_peak"
+check "the agent's peak memory under its limit" test "${agent_peak:-0}" -lt "$(numfmt --from=iec-i "${agent_limit:-0}")"
+check "the agent never restarted" test "$agent_restarts" = 0
+
 step "Summary"
 note "a FlashCacheVolume on $node: bcache on the NVMe (20% left unpartitioned) and the HDD, ext4, MariaDB"
 note "kubectl drain waited for the flush: bcache clean at $clean_at, the eviction granted at $evicted_at"
