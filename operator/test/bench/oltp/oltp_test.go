@@ -89,6 +89,25 @@ func TestOLTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := outDir(t)
+	// A benchmark of hours may not finish in one sitting: what an earlier, interrupted one
+	// measured with the same parameters is kept, and only the rest runs.
+	res, err := results.ResumeOLTP(out, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var todo int
+	for rep := 1; rep <= p.Repetitions; rep++ {
+		for _, s := range storages {
+			if !res.Has(s.Name, rep) {
+				todo++
+			}
+		}
+	}
+	t.Logf("runs to measure: %d; runs kept from %s: %d", todo, filepath.Join(out, results.OLTPFile), len(res.Runs))
+	if todo == 0 {
+		t.Logf("nothing left to measure\n%s", oltpTable(res))
+		return
+	}
 	src, prepared := datasetDisk(t, p)
 	const memMiB = 2048
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Hour)
@@ -119,31 +138,42 @@ sync`, sysbenchArgs(p), p.Tables))
 		t.Logf("data set prepared in %s: %d tables of %d rows", time.Since(start).Round(time.Second), p.Tables, p.RowsPerTable)
 	}
 
-	res := results.OLTP{Command: os.Getenv("BENCH_COMMAND"), Started: time.Now().UTC().Format(time.RFC3339), Machine: g.machine(memMiB), Params: p}
-	for _, s := range storages {
-		res.Configs = append(res.Configs, s.Config)
+	if res.Started == "" {
+		res.Started = time.Now().UTC().Format(time.RFC3339)
 	}
-	begin := time.Now()
+	res.Command, res.Machine, res.Params = os.Getenv("BENCH_COMMAND"), g.machine(memMiB), p
+	for _, s := range storages {
+		res.AddConfig(s.Config)
+	}
+	begin, secondsBefore := time.Now(), res.Seconds
+	save := func() {
+		res.Seconds = secondsBefore + time.Since(begin).Seconds()
+		if err := results.Write(out, results.OLTPFile, res); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Interleaved (A B C A B C ...): a slow spell of the host lands on every configuration alike.
 	for rep := 1; rep <= p.Repetitions; rep++ {
 		for _, s := range storages {
+			if res.Has(s.Name, rep) {
+				continue
+			}
 			start := time.Now()
 			run, err := g.runOLTP(p, s)
 			if err != nil {
 				t.Errorf("%s, repetition %d: %v", s.Name, rep, err)
 				res.Failures = append(res.Failures, fmt.Sprintf("%s #%d: %v", s.Name, rep, firstLine(err.Error())))
+				save()
 				continue
 			}
 			run.Config, run.Rep = s.Name, rep
+			run.Revision, run.Ended = res.Machine.FlashcacheRev, time.Now().UTC().Format(time.RFC3339)
 			res.Runs = append(res.Runs, run)
+			// Saved as each run ends, so that an interrupted benchmark keeps what it measured.
+			save()
 			t.Logf("%-22s #%d %6.1f TPS (10-s CV %4.1f%%) p95 %6.1f ms, hits %5.1f%%, HDD %5.2f r + %5.2f w/txn, SSD %6.1f KiB/txn, copy %4.0f s, flush %5.1f s of %s; fio %5.0f r + %4.0f w IOPS [%s]",
 				s.Name, rep, run.TPS, 100*results.CV(run.IntervalTPS), run.P95Ms, 100*run.ReadHitRatio, run.HDDReadsPerTxn, run.HDDWritesPerTxn,
 				run.SSDWriteBytesPerTxn/1024, run.CopySeconds, run.FlushSeconds, mib(run.DirtyBytesAfter), run.FioReadIOPS, run.FioWriteIOPS, time.Since(start).Round(time.Second))
-		}
-		// Saved after each round, so that a long run interrupted keeps what it measured.
-		res.Seconds = time.Since(begin).Seconds()
-		if err := results.Write(out, results.OLTPFile, res); err != nil {
-			t.Fatal(err)
 		}
 	}
 	t.Logf("results in %s\n%s", filepath.Join(out, results.OLTPFile), oltpTable(res))

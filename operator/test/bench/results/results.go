@@ -5,6 +5,7 @@ package results
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -65,6 +66,10 @@ type Config struct {
 type OLTPRun struct {
 	Config string `json:"config"`
 	Rep    int    `json:"rep"`
+	// Revision is the flashcache revision the run measured; a resumed benchmark may hold runs
+	// of several.
+	Revision string `json:"revision,omitempty"`
+	Ended    string `json:"ended,omitempty"`
 
 	CopySeconds float64 `json:"copySeconds"`
 
@@ -182,7 +187,72 @@ type Scale struct {
 	OperatorCPUSecondsBeforeStart float64 `json:"operatorCPUSecondsBeforeVolumes"`
 }
 
-// Write stores v as indented JSON in dir/name.
+// ResumeOLTP loads the runs a previous, unfinished benchmark left in dir/OLTPFile, so that a
+// run which cannot finish in one sitting goes on where it stopped. Runs are kept only when they
+// were measured with the same parameters: otherwise their figures would not compare, and the
+// error says which parameter differs. A missing file is an empty start; failures are dropped,
+// since what failed is measured again.
+func ResumeOLTP(dir string, p OLTPParams) (OLTP, error) {
+	var o OLTP
+	err := Read(dir, OLTPFile, &o)
+	if errors.Is(err, os.ErrNotExist) {
+		return OLTP{}, nil
+	}
+	if err != nil {
+		return OLTP{}, err
+	}
+	if diff := paramsDiff(o.Params, p); diff != "" {
+		return OLTP{}, fmt.Errorf("%s holds runs of other parameters (%s): move it away, or set BENCH_RESULTS to another folder",
+			filepath.Join(dir, OLTPFile), diff)
+	}
+	o.Failures = nil
+	return o, nil
+}
+
+// paramsDiff names the first parameter that differs between what was measured and what would
+// be, in its JSON name; "" when they are the same.
+func paramsDiff(had, want OLTPParams) string {
+	a, _ := json.Marshal(had)
+	b, _ := json.Marshal(want)
+	var am, bm map[string]any
+	_ = json.Unmarshal(a, &am)
+	_ = json.Unmarshal(b, &bm)
+	keys := make([]string, 0, len(bm))
+	for k := range bm {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		if fmt.Sprint(am[k]) != fmt.Sprint(bm[k]) {
+			return fmt.Sprintf("%s %v there, %v now", k, am[k], bm[k])
+		}
+	}
+	return ""
+}
+
+// Has reports whether config's repetition rep was measured.
+func (o *OLTP) Has(config string, rep int) bool {
+	for _, r := range o.Runs {
+		if r.Config == config && r.Rep == rep {
+			return true
+		}
+	}
+	return false
+}
+
+// AddConfig lists c among the configurations, once; a resumed benchmark may add some.
+func (o *OLTP) AddConfig(c Config) {
+	for i, have := range o.Configs {
+		if have.Name == c.Name {
+			o.Configs[i] = c
+			return
+		}
+	}
+	o.Configs = append(o.Configs, c)
+}
+
+// Write stores v as indented JSON in dir/name. It writes a new file and renames it over the
+// old one, so that a benchmark killed while saving leaves the runs saved before intact.
 func Write(dir, name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
@@ -191,7 +261,14 @@ func Write(dir, name string, v any) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("results folder: %w", err)
 	}
-	return os.WriteFile(filepath.Join(dir, name), append(b, '\n'), 0o644)
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path+".new", append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := os.Rename(path+".new", path); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
 }
 
 // Read loads dir/name into v; a missing file is reported as os.ErrNotExist.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -128,5 +129,47 @@ func TestScaleDecodesWhatTheBenchmarkWrote(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("round trip changed scale.json:\n got %v\nwant %v", got, want)
+	}
+}
+
+func TestResumeOLTPKeepsRunsOfTheSameParametersOnly(t *testing.T) {
+	dir := t.TempDir()
+	p := OLTPParams{DataMiB: 1024, Tables: 8, MeasureSeconds: 1200, Repetitions: 3}
+
+	empty, err := ResumeOLTP(dir, p)
+	if err != nil || len(empty.Runs) != 0 {
+		t.Fatalf("no file: got %+v, %v; want an empty start", empty, err)
+	}
+
+	saved := OLTP{Params: p, Configs: []Config{{Name: "hdd"}},
+		Runs:     []OLTPRun{{Config: "hdd", Rep: 1, TPS: 5.3}},
+		Failures: []string{"hdd #2: flush: timeout"}}
+	if err := Write(dir, OLTPFile, saved); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ResumeOLTP(dir, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Has("hdd", 1) || got.Has("hdd", 2) || got.Has("all-flash", 1) {
+		t.Errorf("resumed runs %+v: want hdd #1 only", got.Runs)
+	}
+	if len(got.Failures) != 0 {
+		t.Errorf("failures kept: %v; what failed is measured again", got.Failures)
+	}
+	got.AddConfig(Config{Name: "all-flash"})
+	got.AddConfig(Config{Name: "hdd", Description: "again"})
+	if len(got.Configs) != 2 || got.Configs[0].Description != "again" {
+		t.Errorf("configs %+v: want hdd (updated) then all-flash", got.Configs)
+	}
+
+	other := p
+	other.MeasureSeconds = 90
+	_, err = ResumeOLTP(dir, other)
+	if err == nil || !strings.Contains(err.Error(), "measureSeconds 1200 there, 90 now") {
+		t.Errorf("other parameters: got %v; want an error naming measureSeconds", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, OLTPFile+".new")); !os.IsNotExist(err) {
+		t.Errorf("the temporary file of a write is left behind: %v", err)
 	}
 }
