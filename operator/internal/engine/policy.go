@@ -293,6 +293,16 @@ func passLimit(period time.Duration) time.Duration {
 	return max(period, passLimitFloor)
 }
 
+// DirtyAgeBound is how long data written in writeback may stay on the cache alone when the
+// passes keep up: the flush period until a pass starts, then the pass's limit, after which the
+// blocking flush finishes it (that flush's own length comes on top). 0 for no flush period.
+func DirtyAgeBound(period time.Duration) time.Duration {
+	if period <= 0 {
+		return 0
+	}
+	return period + passLimit(period)
+}
+
 // reapply runs Apply again after the state changed (a pass began or ended), and merges its steps
 // into the earlier result, so a caller sees every change of this run.
 func (e *Engine) reapply(ctx context.Context, v Volume, want Desired, earlier *Result) (*Result, error) {

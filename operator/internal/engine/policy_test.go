@@ -91,3 +91,15 @@ func TestStateSurvivesAndATornFileStartsAgain(t *testing.T) {
 		t.Errorf("forgetting twice: %v", err)
 	}
 }
+
+func TestDirtyAgeBoundIsThePeriodPlusThePassLimit(t *testing.T) {
+	for _, c := range []struct{ period, want time.Duration }{
+		{0, 0},
+		{30 * time.Second, 30*time.Second + passLimitFloor},
+		{5 * time.Minute, 10 * time.Minute},
+	} {
+		if got := DirtyAgeBound(c.period); got != c.want {
+			t.Errorf("DirtyAgeBound(%s) = %s, want %s", c.period, got, c.want)
+		}
+	}
+}

@@ -5,7 +5,12 @@ package oltp
 import (
 	"fmt"
 	"strings"
+	"time"
 
+	"sigs.k8s.io/yaml"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/bench/results"
 )
 
@@ -71,8 +76,8 @@ readlink -f /dev/bench/data
 // allStorages are every configuration the benchmark knows, in report order.
 func allStorages() []storage {
 	fc := func(name, desc, extra string) storage {
-		return storage{Config: results.Config{Name: name, Description: desc, Cached: true}, kind: flashcache,
-			setup: flashcacheSetup(extra), flushSpec: extra}
+		return storage{Config: results.Config{Name: name, Description: desc, Cached: true, DirtyAgeBoundSeconds: dirtyAgeBound(extra).Seconds()},
+			kind: flashcache, setup: flashcacheSetup(extra), flushSpec: extra}
 	}
 	return []storage{
 		{Config: results.Config{Name: "hdd", Description: "HDD only, no cache (the floor)"}, kind: uncached, setup: "readlink -f $HDD"},
@@ -96,6 +101,16 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 		{Config: results.Config{Name: "dm-writecache", Description: "lvm's dm-writecache, cache volume of 80% of the SSD", Cached: true},
 			kind: lvmWritecache, setup: lvmSetup("lvchange -q -an bench/fast && lvconvert -q -y --type writecache --cachevol fast bench/data >/dev/null")},
 	}
+}
+
+// dirtyAgeBound is the engine's bound for the flush period a configuration's spec lines give,
+// with the API's default when they give none.
+func dirtyAgeBound(specLines string) time.Duration {
+	var spec fcv1.FlashCacheVolumeSpec
+	if err := yaml.Unmarshal([]byte(strings.ReplaceAll(specLines, "\n  ", "\n")), &spec); err != nil {
+		panic(fmt.Sprintf("bench configuration spec %q: %v", specLines, err))
+	}
+	return engine.DirtyAgeBound(spec.EffectiveFlushPeriod())
 }
 
 // selectStorages picks configurations by name ("" for all), in report order.
@@ -146,6 +161,48 @@ flashcache_dirty /sys/block/$(basename $DEV)/bcache/dirty_data`
 	}
 	return "echo 0"
 }
+
+// samplesDirtyAge says whether the run can follow markers to the HDD: bcache keeps the backing
+// device's blocks at a fixed offset (its data_offset), so a block of the volume has a known
+// place on the raw HDD. lvm's caches map through their own metadata.
+func (s storage) samplesDirtyAge() bool { return s.kind == stockBcache || s.kind == flashcache }
+
+// dirtyAgeSampler runs in the background during the measured run: it writes a marker through
+// the volume past the end of the filesystem (the volume is 1 GiB larger than it), flushed, and
+// reads the raw HDD at the same block every 5 s until the marker is there, then writes the
+// next one. Each line it prints is "arrived WRITTEN ARRIVED" or, when stopped, "open WRITTEN
+// NOW". One marker at a time keeps its reads to 0.2 a second of the HDD's 150.
+const dirtyAgeSampler = `cat >/run/bench-age.sh <<'EOF'
+hdd=$(readlink -f $HDD)
+first=$(bcache-super-show $hdd | awk '/dev.data.first_sector/ {print $2}')
+i=0
+while [ ! -e /run/bench-age.stop ]; do
+	block=$(( FS_MIB * 256 + i ))
+	head -c 4096 /dev/urandom >/run/bench-marker
+	want=$(md5sum </run/bench-marker | cut -d' ' -f1)
+	dd if=/run/bench-marker of=$DEV bs=4k seek=$block oflag=direct conv=fsync status=none
+	written=$(date +%s.%N)
+	while :; do
+		if [ -e /run/bench-age.stop ]; then echo "open $written $(date +%s.%N)"; break 2; fi
+		got=$(dd if=$hdd bs=4096 skip=$(( first * 512 + block * 4096 )) count=1 iflag=direct,skip_bytes status=none | md5sum | cut -d' ' -f1)
+		if [ "$got" = "$want" ]; then echo "arrived $written $(date +%s.%N)"; break; fi
+		sleep 5
+	done
+	i=$(( i + 1 ))
+done
+EOF
+rm -f /run/bench-age.stop /run/bench-age.log
+nohup bash /run/bench-age.sh >/run/bench-age.log 2>&1 &
+echo $! >/run/bench-age.pid
+`
+
+// stopDirtyAgeSampler stops the sampler and prints its lines.
+const stopDirtyAgeSampler = `[ -f /run/bench-age.pid ] || exit 0
+touch /run/bench-age.stop
+pid=$(cat /run/bench-age.pid)
+while kill -0 $pid 2>/dev/null; do sleep 0.2; done
+rm -f /run/bench-age.pid
+cat /run/bench-age.log`
 
 // flushScript is the blocking flush each tool offers its user, run after the workload.
 func (s storage) flushScript() string {

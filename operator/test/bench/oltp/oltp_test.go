@@ -171,8 +171,8 @@ sync`, sysbenchArgs(p), p.Tables))
 			res.Runs = append(res.Runs, run)
 			// Saved as each run ends, so that an interrupted benchmark keeps what it measured.
 			save()
-			t.Logf("%-22s #%d %6.1f TPS (10-s CV %4.1f%%) p95 %6.1f ms, hits %5.1f%%, HDD %5.2f r + %5.2f w/txn, SSD %6.1f KiB/txn, copy %4.0f s, flush %5.1f s of %s; fio %5.0f r + %4.0f w IOPS [%s]",
-				s.Name, rep, run.TPS, 100*results.CV(run.IntervalTPS), run.P95Ms, 100*run.ReadHitRatio, run.HDDReadsPerTxn, run.HDDWritesPerTxn,
+			t.Logf("%-22s #%d %6.1f TPS (10-s CV %4.1f%%) p95 %6.1f ms, p99 %6.1f ms, oldest dirty %4.0f s (%d markers), hits %5.1f%%, HDD %5.2f r + %5.2f w/txn, SSD %6.1f KiB/txn, copy %4.0f s, flush %5.1f s of %s; fio %5.0f r + %4.0f w IOPS [%s]",
+				s.Name, rep, run.TPS, 100*results.CV(run.IntervalTPS), run.P95Ms, run.P99Ms, run.OldestDirtySeconds(), len(run.DirtyAgeSeconds), 100*run.ReadHitRatio, run.HDDReadsPerTxn, run.HDDWritesPerTxn,
 				run.SSDWriteBytesPerTxn/1024, run.CopySeconds, run.FlushSeconds, mib(run.DirtyBytesAfter), run.FioReadIOPS, run.FioWriteIOPS, time.Since(start).Round(time.Second))
 		}
 	}
@@ -231,9 +231,23 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 	if err != nil {
 		return run, err
 	}
-	out, err := g.script(ctx, fmt.Sprintf("%s --time=%d --report-interval=10 --percentile=95 run", sysbench, p.MeasureSeconds))
+	if s.samplesDirtyAge() {
+		if _, err := g.script(ctx, export+fmt.Sprintf("export FS_MIB=%d\n", filesystemMiB(p))+dirtyAgeSampler); err != nil {
+			return run, fmt.Errorf("start the dirty-age sampler: %w", err)
+		}
+	}
+	out, err := g.script(ctx, fmt.Sprintf("%s --time=%d --report-interval=10 --percentile=95 --histogram=on run", sysbench, p.MeasureSeconds))
 	if err != nil {
 		return run, fmt.Errorf("measured run: %w", err)
+	}
+	if s.samplesDirtyAge() {
+		ages, err := g.script(ctx, stopDirtyAgeSampler)
+		if err != nil {
+			return run, fmt.Errorf("dirty-age sampler: %w", err)
+		}
+		if run.DirtyAgeSeconds, run.DirtyAgeOpenSeconds, err = results.ParseDirtyAges(ages); err != nil {
+			return run, err
+		}
 	}
 	after, err := g.blockStats(ctx, top, hdd, nvme)
 	if err != nil {
@@ -243,7 +257,10 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 	if err != nil {
 		return run, err
 	}
-	run.Transactions, run.TPS, run.IntervalTPS, run.P95Ms = sb.Transactions, sb.TPS, sb.IntervalTPS, sb.P95Ms
+	run.Transactions, run.TPS, run.IntervalTPS, run.P95Ms, run.P99Ms = sb.Transactions, sb.TPS, sb.IntervalTPS, sb.P95Ms, sb.P99Ms
+	if run.P99Ms == 0 {
+		return run, fmt.Errorf("sysbench printed no latency histogram (--histogram=on): no p99")
+	}
 	if sb.Transactions > 0 {
 		txns := float64(sb.Transactions)
 		dTop, dHDD, dNVMe := after[top].Sub(before[top]), after[hdd].Sub(before[hdd]), after[nvme].Sub(before[nvme])
@@ -302,8 +319,9 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 // resetDisks takes down whatever the previous configuration built and leaves both disks blank,
 // the SSD discarded: every configuration starts with a cold cache. Nothing is flushed; the data
 // set is copied afresh each time. A run that failed half way may have left its time-based
-// flush running.
+// flush or its dirty-age sampler running.
 const resetDisks = `[ -f /run/bench-flush-loop.pid ] && kill $(cat /run/bench-flush-loop.pid) 2>/dev/null; rm -f /run/bench-flush-loop.pid
+[ -f /run/bench-age.pid ] && kill $(cat /run/bench-age.pid) 2>/dev/null; rm -f /run/bench-age.pid
 systemctl stop mariadb 2>/dev/null || true
 umount /mnt/db 2>/dev/null || true
 vgremove -q -ff -y bench >/dev/null 2>&1 || true

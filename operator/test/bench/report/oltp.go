@@ -23,9 +23,14 @@ type oltpSummary struct {
 	// runs are in repetition order.
 	runs []results.OLTPRun
 
-	tps, tpsMin, tpsMax   float64
-	p95Ms                 float64
-	intervalCV            float64
+	tps, tpsMin, tpsMax float64
+	p95Ms, p99Ms        float64
+	intervalCV          float64
+	// The dirty-age markers of every run: how many reached the HDD, the median time they took,
+	// and the oldest seen in any run (the worst, not a median: the bound is a promise).
+	dirtyAgeMarkers       int
+	dirtyAgeMedian        float64
+	oldestDirtySeconds    float64
 	readHitRatio          float64
 	hddReadsPerTxn        float64
 	hddWritesPerTxn       float64
@@ -66,6 +71,17 @@ func summarize(o *results.OLTP) []oltpSummary {
 		s.tps = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.TPS })
 		s.tpsMin, s.tpsMax = results.MinMax(valuesOf(s.runs, func(r results.OLTPRun) float64 { return r.TPS }))
 		s.p95Ms = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.P95Ms })
+		// Runs from before p99 was measured have none.
+		s.p99Ms = medianOf(s.runs, func(r results.OLTPRun) float64 { return positive(r.P99Ms) })
+		var ages []float64
+		s.oldestDirtySeconds = math.NaN()
+		for _, r := range s.runs {
+			ages = append(ages, r.DirtyAgeSeconds...)
+			if o := r.OldestDirtySeconds(); !math.IsNaN(o) && (math.IsNaN(s.oldestDirtySeconds) || o > s.oldestDirtySeconds) {
+				s.oldestDirtySeconds = o
+			}
+		}
+		s.dirtyAgeMarkers, s.dirtyAgeMedian = len(ages), results.Median(ages)
 		s.intervalCV = medianOf(s.runs, func(r results.OLTPRun) float64 { return results.CV(r.IntervalTPS) })
 		s.readHitRatio = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.ReadHitRatio })
 		s.hddReadsPerTxn = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.HDDReadsPerTxn })

@@ -49,6 +49,15 @@ func fixture(t *testing.T, withScale bool) string {
 		},
 		Failures: []string{"flashcache #3: guest did not answer"},
 	}
+	oltp.Configs[1].DirtyAgeBoundSeconds = 600
+	for i := range oltp.Runs {
+		oltp.Runs[i].P99Ms = 40 + float64(oltp.Runs[i].Rep)
+	}
+	// flashcache's markers: 3 arrived (median 200 s), the oldest 590 s, within its bound;
+	// bcache-stock's one marker still waiting after 700 s when its run ended.
+	oltp.Runs[1].DirtyAgeSeconds = []float64{100, 590}
+	oltp.Runs[4].DirtyAgeSeconds, oltp.Runs[4].DirtyAgeOpenSeconds = []float64{200}, 30
+	oltp.Runs[2].DirtyAgeOpenSeconds = 700
 	flush := results.Flush{Command: oltp.Command, Patterns: []results.FlushPattern{
 		{Name: "sequential 1 MiB", BlockBytes: 1 << 20, DirtyBytes: 512 << 20, FlushSeconds: 5.4, FlushMBps: 95,
 			FlushHDDWrites: 4096, FlushHDDRequestBytes: 128 << 10, FlushHDDWritesPerSec: 758, RequestBaselineMBps: 100, Ratio: 0.95, BaselineMBps: 150, BlockRatio: 0.63},
@@ -125,6 +134,16 @@ func TestReportTablesHaveMediansAndRatios(t *testing.T) {
 		t.Errorf("the command shared by oltp.json and flush.json should be printed once:\n%s", md)
 	}
 	line(t, md, "The node agent here is simulated", "simulated agent: reports each volume Ready")
+}
+
+func TestReportShowsP99AndTheAgeOfDirtyDataAgainstTheBound(t *testing.T) {
+	_, md := generateInto(t, fixture(t, false))
+	line(t, md, "| `flashcache` |", "flashcache's defaults", "| 21.5 | 41.5 |")
+	line(t, md, "| `flashcache` | 3 | 200 | 590 | 600 | yes |")
+	line(t, md, "| `bcache-stock` | 0 | – | 700 | – | – |")
+	if strings.Contains(md, "| `all-flash` (ceiling) | 0 |") {
+		t.Errorf("a configuration without markers has a dirty-age row:\n%s", md)
+	}
 }
 
 func TestReportTargetsSayMetAndMissed(t *testing.T) {

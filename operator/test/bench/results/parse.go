@@ -15,22 +15,31 @@ type Sysbench struct {
 	Transactions int64
 	TPS          float64
 	P95Ms        float64
+	// P99Ms is read off the latency histogram (`--histogram=on`); 0 without one.
+	P99Ms float64
 }
 
 var (
 	sysbenchInterval = regexp.MustCompile(`^\[\s*\d+s\s*\]\s+thds:\s*\d+\s+tps:\s*([0-9.]+)`)
 	sysbenchTxns     = regexp.MustCompile(`^\s*transactions:\s+(\d+)\s+\(([0-9.]+) per sec\.\)`)
 	sysbenchP95      = regexp.MustCompile(`^\s*95th percentile:\s+([0-9.]+)`)
+	// A histogram row: the bucket's latency in ms, its bar of stars, its count.
+	sysbenchBucket = regexp.MustCompile(`^\s*([0-9.]+)\s+\|\**\s+(\d+)\s*$`)
 )
 
 // ParseSysbench reads sysbench 1.0's run output (interval lines and the summary).
 func ParseSysbench(out string) (Sysbench, error) {
 	var s Sysbench
 	var haveTxns, haveP95 bool
+	var buckets []bucket
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		line := sc.Text()
-		if m := sysbenchInterval.FindStringSubmatch(line); m != nil {
+		if m := sysbenchBucket.FindStringSubmatch(line); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			n, _ := strconv.ParseInt(m[2], 10, 64)
+			buckets = append(buckets, bucket{v, n})
+		} else if m := sysbenchInterval.FindStringSubmatch(line); m != nil {
 			v, _ := strconv.ParseFloat(m[1], 64)
 			s.IntervalTPS = append(s.IntervalTPS, v)
 		} else if m := sysbenchTxns.FindStringSubmatch(line); m != nil {
@@ -45,7 +54,33 @@ func ParseSysbench(out string) (Sysbench, error) {
 	if !haveTxns || !haveP95 {
 		return s, fmt.Errorf("sysbench output has no transactions or 95th percentile summary")
 	}
+	s.P99Ms = histogramPercentile(buckets, 0.99)
 	return s, nil
+}
+
+type bucket struct {
+	ms    float64
+	count int64
+}
+
+// histogramPercentile is the latency of the bucket where the cumulative count reaches q of the
+// whole, as sysbench computes its own percentile; 0 for no histogram.
+func histogramPercentile(buckets []bucket, q float64) float64 {
+	var total int64
+	for _, b := range buckets {
+		total += b.count
+	}
+	if total == 0 {
+		return 0
+	}
+	var seen int64
+	for _, b := range buckets {
+		seen += b.count
+		if float64(seen) >= q*float64(total) {
+			return b.ms
+		}
+	}
+	return buckets[len(buckets)-1].ms
 }
 
 // Fio is the part of fio's JSON output (one job) the benchmark reports.
@@ -125,4 +160,30 @@ func ReadHitRatio(top, hdd BlockStat) float64 {
 		return 0
 	}
 	return r
+}
+
+// ParseDirtyAges reads the dirty-age sampler's lines ("arrived WRITTEN ARRIVED", "open WRITTEN
+// NOW", Unix times): the seconds each marker took to reach the HDD, and how long the one still
+// under way had waited.
+func ParseDirtyAges(out string) (ages []float64, open float64, err error) {
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if len(f) != 3 || (f[0] != "arrived" && f[0] != "open") {
+			return nil, 0, fmt.Errorf("dirty-age sampler printed %q", line)
+		}
+		from, err1 := strconv.ParseFloat(f[1], 64)
+		to, err2 := strconv.ParseFloat(f[2], 64)
+		if err1 != nil || err2 != nil || to < from {
+			return nil, 0, fmt.Errorf("dirty-age sampler printed %q", line)
+		}
+		if f[0] == "arrived" {
+			ages = append(ages, to-from)
+		} else {
+			open = to - from
+		}
+	}
+	return ages, open, nil
 }

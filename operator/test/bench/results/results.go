@@ -59,6 +59,9 @@ type Config struct {
 	Description string `json:"description"`
 	// Cached is false for the floor and the ceiling (HDD only, all-flash).
 	Cached bool `json:"cached"`
+	// DirtyAgeBoundSeconds is the bound flashcache documents on the age of dirty data for the
+	// configuration's flush period (engine.DirtyAgeBound); 0 for none.
+	DirtyAgeBoundSeconds float64 `json:"dirtyAgeBoundSeconds,omitempty"`
 }
 
 // OLTPRun is one configuration's run: the initial copy, a discarded warm-up, the measured
@@ -77,6 +80,14 @@ type OLTPRun struct {
 	TPS          float64   `json:"tps"`
 	IntervalTPS  []float64 `json:"intervalTPS"`
 	P95Ms        float64   `json:"p95Ms"`
+	P99Ms        float64   `json:"p99Ms,omitempty"`
+
+	// DirtyAgeSeconds are how long markers took to reach the HDD: written through the volume
+	// one after the other during the measured run, past the end of the filesystem, and read
+	// back off the raw HDD until there (bcache configurations). DirtyAgeOpenSeconds is how long
+	// the last one had waited when the run ended, still not on the HDD.
+	DirtyAgeSeconds     []float64 `json:"dirtyAgeSeconds,omitempty"`
+	DirtyAgeOpenSeconds float64   `json:"dirtyAgeOpenSeconds,omitempty"`
 
 	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
 	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
@@ -91,6 +102,19 @@ type OLTPRun struct {
 	FioWriteIOPS          float64 `json:"fioWriteIOPS"`
 	FioReadP95Ms          float64 `json:"fioReadP95Ms"`
 	FioHDDReadsPerKiloOps float64 `json:"fioHDDReadsPerKiloOps"`
+}
+
+// OldestDirtySeconds is the oldest dirty data the run saw: the longest a marker took to reach
+// the HDD, or had waited at the end; NaN when none was sampled.
+func (r OLTPRun) OldestDirtySeconds() float64 {
+	if len(r.DirtyAgeSeconds) == 0 && r.DirtyAgeOpenSeconds == 0 {
+		return math.NaN()
+	}
+	oldest := r.DirtyAgeOpenSeconds
+	for _, a := range r.DirtyAgeSeconds {
+		oldest = math.Max(oldest, a)
+	}
+	return oldest
 }
 
 // OLTP is oltp.json.

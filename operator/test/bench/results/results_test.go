@@ -173,3 +173,47 @@ func TestResumeOLTPKeepsRunsOfTheSameParametersOnly(t *testing.T) {
 		t.Errorf("the temporary file of a write is left behind: %v", err)
 	}
 }
+
+func TestParseSysbenchReadsP99OffTheHistogram(t *testing.T) {
+	out := sysbenchRun + `
+Latency histogram (values are in milliseconds)
+       value  ------------- distribution ------------- count
+      10.000 |****************************************  90
+      50.000 |****                                      8
+     120.000 |*                                         1
+     300.000 |*                                         1
+`
+	s, err := ParseSysbench(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.P99Ms != 120 || s.P95Ms != 63.32 {
+		t.Errorf("p99 %v, p95 %v; want 120 (the 99th of 100 latencies) and the summary's 63.32", s.P99Ms, s.P95Ms)
+	}
+	if plain, _ := ParseSysbench(sysbenchRun); plain.P99Ms != 0 {
+		t.Errorf("p99 %v without a histogram; want 0", plain.P99Ms)
+	}
+}
+
+func TestParseDirtyAgesAndTheOldest(t *testing.T) {
+	ages, open, err := ParseDirtyAges("arrived 100.0 130.5\narrived 131.0 420.0\nopen 421.0 500.0\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ages, []float64{30.5, 289}) || open != 79 {
+		t.Errorf("ages %v, open %v; want [30.5 289] and 79", ages, open)
+	}
+	run := OLTPRun{DirtyAgeSeconds: ages, DirtyAgeOpenSeconds: open}
+	if run.OldestDirtySeconds() != 289 {
+		t.Errorf("oldest %v, want 289", run.OldestDirtySeconds())
+	}
+	if run := (OLTPRun{DirtyAgeOpenSeconds: 400}); run.OldestDirtySeconds() != 400 {
+		t.Errorf("a marker still waiting at the end is the oldest: got %v", run.OldestDirtySeconds())
+	}
+	if !math.IsNaN(OLTPRun{}.OldestDirtySeconds()) {
+		t.Errorf("no samples: want NaN")
+	}
+	if _, _, err := ParseDirtyAges("arrived 5\n"); err == nil {
+		t.Errorf("a short line: want an error")
+	}
+}
