@@ -469,6 +469,13 @@ type FlashCacheVolumeStatus struct {
 	// +optional
 	DirtyData *resource.Quantity `json:"dirtyData,omitempty"`
 
+	// dirtySince bounds the age of the oldest dirty data: the volume has not been seen clean
+	// since then, so nothing on the cache alone is older. It errs early by up to a minute (a
+	// clean volume's time is saved once a minute), never late. Unset while the volume is clean,
+	// and when the agent has not seen it clean yet.
+	// +optional
+	DirtySince *metav1.Time `json:"dirtySince,omitempty"`
+
 	// hitRatioPercent is the share of reads served from the cache since the device started.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
@@ -506,6 +513,7 @@ type FlashCacheVolumeStatus struct {
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.spec.mode`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Dirty",type=string,JSONPath=`.status.dirtyData`
+// +kubebuilder:printcolumn:name="Dirty Since",type=date,JSONPath=`.status.dirtySince`,priority=1
 // +kubebuilder:printcolumn:name="Hit Ratio",type=integer,JSONPath=`.status.hitRatioPercent`
 // +kubebuilder:printcolumn:name="PV",type=string,JSONPath=`.status.persistentVolumeName`,priority=1
 // +kubebuilder:printcolumn:name="Device",type=string,JSONPath=`.status.device.path`,priority=1

@@ -210,6 +210,10 @@ func (in *FlashCacheVolumeStatus) DeepCopyInto(out *FlashCacheVolumeStatus) {
 		x := (*in).DeepCopy()
 		*out = &x
 	}
+	if in.DirtySince != nil {
+		in, out := &in.DirtySince, &out.DirtySince
+		*out = (*in).DeepCopy()
+	}
 	if in.HitRatioPercent != nil {
 		in, out := &in.HitRatioPercent, &out.HitRatioPercent
 		*out = new(int32)

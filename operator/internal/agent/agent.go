@@ -352,7 +352,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
 	r.Metrics.Forget(fcv.Name)
 	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonTornDown, "the device was flushed and removed")
-	st.device, st.dirty, st.failure = nil, nil, nil
+	st.device, st.dirty, st.dirtySince, st.failure = nil, nil, nil, nil
 	st.flushing = condition(fcv1.ConditionFlushing, metav1.ConditionFalse, fcv1.ReasonNotRequested, "the volume is gone")
 	return ctrl.Result{}, r.applyStatus(ctx, fcv, st, false)
 }

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"time"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/flashcache/flashcache/operator/internal/engine"
@@ -8,7 +10,8 @@ import (
 
 // Metrics are the agent's Prometheus series, one set per volume of the node.
 type Metrics struct {
-	dirty, bypassed, writebackRate, flushRemaining  *prometheus.GaugeVec
+	dirty, dirtyAge, bypassed, writebackRate        *prometheus.GaugeVec
+	flushRemaining                                  *prometheus.GaugeVec
 	hitRatio, available, wear, flushing, passActive *prometheus.GaugeVec
 	state, ioErrors                                 *prometheus.GaugeVec
 	errors                                          *prometheus.CounterVec
@@ -25,7 +28,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return g
 	}
 	m := &Metrics{
-		dirty:          gauge("volume_dirty_bytes", "Data on the cache device only, not yet on the backing disk."),
+		dirty: gauge("volume_dirty_bytes", "Data on the cache device only, not yet on the backing disk."),
+		dirtyAge: gauge("volume_dirty_age_seconds", "A bound on the age of the oldest dirty data: time since the volume was last seen clean "+
+			"(0 when clean; absent while dirty and not yet seen clean)."),
 		hitRatio:       gauge("volume_cache_hit_ratio_percent", "Share of reads served from the cache since the device was registered."),
 		bypassed:       gauge("volume_bypassed_bytes", "I/O that went around the cache (sequential, congested) since the device was registered."),
 		available:      gauge("volume_cache_available_percent", "Share of the cache set neither dirty nor pinned."),
@@ -50,6 +55,14 @@ func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
 		return
 	}
 	m.dirty.WithLabelValues(volume).Set(float64(s.DirtyBytes))
+	switch {
+	case s.DirtySince != nil:
+		m.dirtyAge.WithLabelValues(volume).Set(time.Since(*s.DirtySince).Seconds())
+	case s.DirtyBytes == 0 || s.State == "clean":
+		m.dirtyAge.WithLabelValues(volume).Set(0)
+	default:
+		m.dirtyAge.DeleteLabelValues(volume)
+	}
 	m.hitRatio.WithLabelValues(volume).Set(float64(s.HitRatioPercent))
 	m.bypassed.WithLabelValues(volume).Set(float64(s.BypassedBytes))
 	m.available.WithLabelValues(volume).Set(float64(s.CacheAvailablePercent))
@@ -113,7 +126,7 @@ func (m *Metrics) Forget(volume string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.passActive, m.ioErrors} {
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.dirtyAge, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.passActive, m.ioErrors} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})

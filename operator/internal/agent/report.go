@@ -27,6 +27,7 @@ type report struct {
 	observedGeneration int64
 	device             *fcv1.DeviceStatus
 	dirty              *int64
+	dirtySince         *metav1.Time
 	hitRatio           *int32
 	wearPercent        *int32
 	safety             *fcv1.SafetyStatus
@@ -37,7 +38,7 @@ type report struct {
 
 func newReport(fcv *fcv1.FlashCacheVolume, now time.Time) *report {
 	st := &report{now: now, old: fcv.Status.Conditions, observedGeneration: fcv.Status.ObservedGeneration,
-		device: fcv.Status.Device.DeepCopy(), hitRatio: fcv.Status.HitRatioPercent,
+		device: fcv.Status.Device.DeepCopy(), dirtySince: fcv.Status.DirtySince.DeepCopy(), hitRatio: fcv.Status.HitRatioPercent,
 		wearPercent: fcv.Status.CacheWearPercent, safety: fcv.Status.Safety.DeepCopy(), failure: fcv.Status.Failure.DeepCopy()}
 	if fcv.Status.DirtyData != nil {
 		d := fcv.Status.DirtyData.Value()
@@ -79,6 +80,10 @@ func (st *report) fromResult(res *engine.Result, generation int64) {
 		BackingUUID: s.BackingUUID, Capacity: capacity, CacheMode: fcv1.CacheMode(s.CacheMode), State: s.State}
 	dirty := s.DirtyBytes
 	st.dirty = &dirty
+	st.dirtySince = nil
+	if s.DirtySince != nil {
+		st.dirtySince = &metav1.Time{Time: *s.DirtySince}
+	}
 	hit := s.HitRatioPercent
 	st.hitRatio = &hit
 
@@ -171,6 +176,9 @@ func (r *Reconciler) applyStatus(ctx context.Context, fcv *fcv1.FlashCacheVolume
 	}
 	if st.dirty != nil {
 		status.WithDirtyData(*resource.NewQuantity(*st.dirty, resource.BinarySI))
+	}
+	if st.dirtySince != nil {
+		status.WithDirtySince(*st.dirtySince)
 	}
 	if st.hitRatio != nil {
 		status.WithHitRatioPercent(*st.hitRatio)

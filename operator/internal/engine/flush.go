@@ -21,7 +21,10 @@ type Status struct {
 	CacheMode     string `json:"cacheMode,omitempty"`
 	State         string `json:"state,omitempty"`
 	DirtyBytes    int64  `json:"dirtyBytes"`
-	Held          bool   `json:"held"`
+	// DirtySince, set by Converge while the volume is dirty, is the last time it was seen clean:
+	// no dirty data is older. Nil when clean, or not seen clean yet.
+	DirtySince *time.Time `json:"dirtySince,omitempty"`
+	Held       bool       `json:"held"`
 	// HitRatioPercent, BypassedBytes are bcache's totals since the device was registered.
 	HitRatioPercent int32 `json:"hitRatioPercent"`
 	BypassedBytes   int64 `json:"bypassedBytes"`

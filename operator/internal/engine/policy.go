@@ -43,6 +43,33 @@ type State struct {
 	FlushRequest string `json:"flushRequest,omitempty"`
 	// WearReadAt is when the cache device's SMART wear was last read while the volume ran.
 	WearReadAt time.Time `json:"wearReadAt,omitzero"`
+	// CleanSeenAt is the last time the volume was seen clean, to cleanSeenResolution: nothing
+	// dirty now is older, which is what Status.DirtySince reports.
+	CleanSeenAt time.Time `json:"cleanSeenAt,omitzero"`
+}
+
+// cleanSeenResolution is how often a clean volume's CleanSeenAt is saved: once a minute rather
+// than every round, so DirtySince may be up to this much early. An age bound then errs long,
+// never short.
+const cleanSeenResolution = time.Minute
+
+// noteClean records now as the last time the volume was seen clean, when it is clean and the
+// recorded time is older than cleanSeenResolution, and says whether the state changed.
+func (st *State) noteClean(dirty bool, now time.Time) bool {
+	if dirty || now.Sub(st.CleanSeenAt) < cleanSeenResolution {
+		return false
+	}
+	st.CleanSeenAt = now
+	return true
+}
+
+// dirtySince is Status.DirtySince for a volume that is dirty or not.
+func (st *State) dirtySince(dirty bool) *time.Time {
+	if !dirty || st.CleanSeenAt.IsZero() {
+		return nil
+	}
+	t := st.CleanSeenAt
+	return &t
 }
 
 // PassState is a flush pass under way: writeback at full speed, in writeback mode, until clean.
@@ -103,6 +130,9 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	dirty := res.Status.DirtyBytes > 0 && res.Status.State != "clean"
 	inWriteback := res.Status.CacheMode == string(fcv1.CacheModeWriteback) && !res.Status.Held
 	stateChanged := st.startPeriodIfNew(v.Spec.EffectiveFlushPeriod(), now)
+	if st.noteClean(dirty, now) {
+		stateChanged = true
+	}
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
 	}
@@ -140,6 +170,8 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			return res, pr, fmt.Errorf("finishing the flush pass in writethrough: %w", err)
 		}
 		pr.Ended, pr.FinishedInWritethrough, pr.WritethroughFlushSeconds = true, true, flushed.Duration.Seconds()
+		// The blocking flush ended with the volume clean.
+		st.CleanSeenAt, stateChanged = now.Add(flushed.Duration), true
 		if res.Status, err = e.Status(ctx, v); err != nil {
 			return res, pr, err
 		}
@@ -169,6 +201,9 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		if err := e.saveState(v, st); err != nil {
 			return res, pr, err
 		}
+	}
+	if res.Status != nil {
+		res.Status.DirtySince = st.dirtySince(res.Status.DirtyBytes > 0 && res.Status.State != "clean")
 	}
 	return res, pr, nil
 }

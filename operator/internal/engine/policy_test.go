@@ -103,3 +103,30 @@ func TestDirtyAgeBoundIsThePeriodPlusThePassLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestDirtySinceIsTheLastTimeTheVolumeWasSeenClean(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	var st State
+	if st.dirtySince(true) != nil {
+		t.Errorf("never seen clean: want no bound, not a guess")
+	}
+	if !st.noteClean(false, t0) || !st.CleanSeenAt.Equal(t0) {
+		t.Fatalf("first clean sighting not recorded: %v", st.CleanSeenAt)
+	}
+	// Clean again within the resolution: not saved again (no write every round).
+	if st.noteClean(false, t0.Add(30*time.Second)) {
+		t.Errorf("a clean volume's time saved again after 30 s; want at most once per %s", cleanSeenResolution)
+	}
+	if st.noteClean(true, t0.Add(2*time.Minute)) {
+		t.Errorf("a dirty volume changed CleanSeenAt")
+	}
+	if got := st.dirtySince(true); got == nil || !got.Equal(t0) {
+		t.Errorf("dirtySince %v, want %v: the bound errs early, never late", got, t0)
+	}
+	if st.dirtySince(false) != nil {
+		t.Errorf("a clean volume has a dirtySince")
+	}
+	if !st.noteClean(false, t0.Add(2*time.Minute)) || !st.CleanSeenAt.Equal(t0.Add(2*time.Minute)) {
+		t.Errorf("clean a minute later: not recorded")
+	}
+}

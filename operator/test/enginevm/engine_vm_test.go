@@ -276,6 +276,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"FlushLeavesEveryByteOnTheBackingDisk", testFlushIntegrity},
 		{"FlushPassRestoresTheConfiguredMode", testFlushPass},
 		{"FlushPeriodBoundsTheAgeOfDirtyDataAcrossARestart", testFlushPeriodBoundsDirtyAge},
+		{"APassThatCannotGetCleanIsFinishedInWritethroughAfterItsLimit", testPassFinishedInWritethrough},
 		{"BackgroundFlushKeepsWriteback", testBackgroundFlush},
 		{"CheckJudgesTheDevicesAndWritesOnlyScratch", testCheck},
 		{"WornCacheIsFlushedAndHeldInWritethrough", testWornCache},

@@ -53,7 +53,7 @@ dd if=/root/marker of=/dev/flashcache/vol-a bs=4k seek=$(( %[3]d * 256 )) oflag=
 marker_written=$(now)
 want=$(md5sum < /root/marker | cut -d' ' -f1)
 offset=$(( $(bcache-super-show %[4]s | awk '/dev.data.first_sector/ {print $2}') * 512 + %[3]d * 1048576 ))
-restarted=""; arrived=""; modes=""; percent_during=""
+restarted=""; arrived=""; modes=""; percent_during=""; bounds=0; short=""
 before() { awk -v a="$(now)" -v b="$1" 'BEGIN { exit !(a < b) }'; }
 while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; do
 	if [ -z "$restarted" ] && ! before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[6]d }')"; then
@@ -64,6 +64,14 @@ while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; 
 	[ "$(cat $bc/writeback_percent)" = 0 ] && percent_during=0
 	got=$(dd if=%[4]s bs=4096 skip=$(( offset / 4096 )) count=1 iflag=direct status=none | md5sum | cut -d' ' -f1)
 	if [ "$got" = "$want" ]; then arrived=$(now); break; fi
+	# The loop's bound on the age of dirty data, against the marker's age as the loop's last
+	# round saw it: never less.
+	bound=$( (exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null |
+		awk '/^flashcache_volume_dirty_age_seconds\{volume="vol-a"\}/ {print $2}')
+	if [ -n "$bound" ]; then
+		bounds=$((bounds + 1))
+		awk -v b="$bound" -v w="$marker_written" -v n="$(now)" 'BEGIN { exit !(b < n - w - %[1]d - 2) }' && short="$short $bound@$(awk -v w="$marker_written" -v n="$(now)" 'BEGIN { printf "%%.0f", n - w }')"
+	fi
 	sleep 2
 done
 # The pass under way is left to end; the loop sees it clean and restores the throttle.
@@ -71,8 +79,8 @@ for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root
 sleep %[1]d
 python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())' > /root/metrics.txt
 kill $writer; wait $writer 2>/dev/null || true
-printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentZeroSeen": "%%s", "percentAfter": "%%s", "delayAfter": "%%s"}\n' \
-	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$percent_during" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)"
+printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentZeroSeen": "%%s", "percentAfter": "%%s", "delayAfter": "%%s", "ageBounds": %%d, "ageBoundsShort": "%%s"}\n' \
+	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$percent_during" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)" "$bounds" "$short"
 `
 
 type ageResult struct {
@@ -84,6 +92,10 @@ type ageResult struct {
 	PercentZeroSeen string  `json:"percentZeroSeen"`
 	PercentAfter    string  `json:"percentAfter"`
 	DelayAfter      string  `json:"delayAfter"`
+	// AgeBounds counts the scrapes of the loop's dirty-age bound while the marker was on the
+	// cache alone; AgeBoundsShort lists those under the marker's age ("bound@age").
+	AgeBounds      int    `json:"ageBounds"`
+	AgeBoundsShort string `json:"ageBoundsShort"`
 }
 
 func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
@@ -146,6 +158,13 @@ func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
 	if len(passEnds) == 0 || r.PercentAfter != "40" || r.DelayAfter != "1" {
 		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s; want the pass done and 40, 1",
 			len(passEnds), r.PercentAfter, r.DelayAfter)
+	}
+	// The bound the loop exports never under-states the age of data still on the cache alone.
+	if r.AgeBounds < 5 {
+		t.Errorf("flashcache_volume_dirty_age_seconds read %d times while the marker waited; want it exported all along", r.AgeBounds)
+	}
+	if r.AgeBoundsShort != "" {
+		t.Errorf("the exported dirty-age bound was under the marker's age (bound@age, seconds):%s", r.AgeBoundsShort)
 	}
 	// The loop serves the agent's metrics, under the same names.
 	metrics := g.sh(t, "cat /root/metrics.txt")
@@ -293,5 +312,101 @@ func testWearWhileRunning(t *testing.T, g *guest) {
 	}
 	if r, code, _ := g.node(t, "teardown", "e.yaml", "--confirm"); code != 0 {
 		t.Errorf("teardown: %s", r)
+	}
+}
+
+// escalationScript keeps a pass from ever getting the volume clean and follows what the loop
+// does about it. fio rewrites the blocks of a 64 KiB region 400 times a second: a block that
+// bcache writes back is usually written again before its write-back lands, so the volume stays
+// dirty, by a few KiB, for as long as the writer runs. The pass runs its limit in writeback;
+// then the loop finishes it with the blocking flush in writethrough, where new writes make no
+// dirty data, and restores writeback. It prints the loop's start time, then a sample a second:
+// time, cache mode, bcache's state.
+const escalationScript = `set -eu
+dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
+rm -f /var/lib/flashcache/state/vol-a.json /root/esc.log /root/esc-samples
+now() { date +%%s.%%N; }
+fio --name=redirty --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --size=64k --rate_iops=400 --time_based --runtime=900 --output=/dev/null &
+writer=$!
+trap 'kill $writer 2>/dev/null || true; [ -f /root/esc.pid ] && kill $(cat /root/esc.pid) 2>/dev/null || true' EXIT
+started=$(now)
+nohup flashcache node run --config /root/a-esc.yaml --interval %[1]ds --metrics-bind-address 0 >/root/esc.log 2>&1 & echo $! >/root/esc.pid
+deadline=$(awk -v s=$started 'BEGIN { printf "%%d", s + %[2]d }')
+while [ $(date +%%s) -lt $deadline ]; do
+	mode=$(sed 's/.*\[\(.*\)\].*/\1/' $bc/cache_mode)
+	echo "$(now) $mode $(cat $bc/state)" >>/root/esc-samples
+	if [ "$mode" = writeback ] && grep -q 'finished in writethrough' /root/esc.log; then break; fi
+	sleep 1
+done
+kill $(cat /root/esc.pid); while kill -0 $(cat /root/esc.pid) 2>/dev/null; do sleep 0.2; done; rm -f /root/esc.pid
+kill $writer; wait $writer 2>/dev/null || true
+echo "started $started"
+cat /root/esc-samples
+`
+
+// testPassFinishedInWritethrough: a pass that cannot get the volume clean runs in writeback for
+// its whole limit, no less, and is then finished by the blocking flush in writethrough, after
+// which the volume is in writeback again: the last part of the bound on dirty data's age.
+func testPassFinishedInWritethrough(t *testing.T, g *guest) {
+	const period, interval = 30 * time.Second, 5 * time.Second
+	limit := max(period, time.Minute) // the engine's pass limit for this period
+	g.volumeFile(t, "a-esc.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period))
+	budget := period + limit + 2*time.Minute
+	out := g.sh(t, fmt.Sprintf(escalationScript, int(interval.Seconds()), int(budget.Seconds())))
+	runLog := g.sh(t, "cat /root/esc.log")
+
+	var started float64
+	type sample struct {
+		at          float64
+		mode, state string
+	}
+	var samples []sample
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 2 && f[0] == "started" {
+			started, _ = strconv.ParseFloat(f[1], 64)
+		} else if len(f) == 3 {
+			at, _ := strconv.ParseFloat(f[0], 64)
+			samples = append(samples, sample{at, f[1], f[2]})
+		}
+	}
+	passStarts := passStartTimes(t, runLog)
+	escalated := logTimes(t, runLog, "finishing it in writethrough")
+	finished := logTimes(t, runLog, "finished in writethrough")
+	if len(passStarts) == 0 || len(escalated) == 0 || len(finished) == 0 || started == 0 {
+		t.Fatalf("want a pass started, escalated and finished in writethrough within %s; log:\n%s", budget, runLog)
+	}
+	pass := passStarts[0]
+	var firstWT, lastWT float64
+	for _, s := range samples {
+		if s.mode == "writethrough" {
+			if firstWT == 0 {
+				firstWT = s.at
+			}
+			lastWT = s.at
+		}
+	}
+	back := samples[len(samples)-1]
+	t.Logf("loop started at 0 s; pass started at %.1f s, escalated at %.1f s, finished in writethrough at %.1f s; writethrough sampled from %.1f s to %.1f s; last sample %s/%s",
+		pass-started, escalated[0]-started, finished[0]-started, firstWT-started, lastWT-started, back.mode, back.state)
+
+	if got := time.Duration((escalated[0] - pass) * float64(time.Second)); got < limit-time.Second || got > limit+3*interval+30*time.Second {
+		t.Errorf("the pass was escalated %s after it started, want its limit %s (plus a round or three)", got.Round(time.Second), limit)
+	}
+	if firstWT == 0 {
+		t.Errorf("the volume was never seen in writethrough: the escalation's blocking flush did not run")
+	} else if firstWT < pass+limit.Seconds()-2 {
+		t.Errorf("writethrough at %.1f s, %.1f s into the pass: the pass must keep writeback for its limit %s", firstWT-started, firstWT-pass, limit)
+	}
+	if back.mode != "writeback" {
+		t.Errorf("the volume is in %s after the pass was finished, want writeback again", back.mode)
+	}
+	// The writer went on throughout: in writethrough its writes leave nothing dirty, so the
+	// blocking flush ends in seconds.
+	if wt := lastWT - firstWT; wt > 60 {
+		t.Errorf("writethrough lasted %.0f s; the flush of a few dirty KiB should take seconds", wt)
+	}
+	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
+		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)
 	}
 }

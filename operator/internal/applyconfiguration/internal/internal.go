@@ -184,6 +184,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: dirtyData
       type:
         namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: dirtySince
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
     - name: failure
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FailureStatus
