@@ -163,10 +163,25 @@ func testFlushPassesThroughTheAgent(t *testing.T, b *policyBed) {
 	}
 
 	t.Run("AFlushAskedForKeepsWriteback", func(t *testing.T) {
+		// The guest's clock, which the agent's times are of.
+		writtenAt, err := strconv.ParseFloat(b.sh(t, "date +%s.%N"), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
 		b.sh(t, fmt.Sprintf("fio --name=asked --filename=/dev/flashcache/%s --rw=randwrite --bs=4k --size=%d --io_size=8M "+
 			"--direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null", volumeName, dataSpan))
 		if state := b.sh(t, "cat "+b.stateFile+"state"); state != "dirty" {
 			t.Fatalf("bcache state %q after writing, want dirty", state)
+		}
+		// While dirty, status.dirtySince bounds the age of what was just written: the volume was
+		// last seen clean before the writes, never after them.
+		dirty := waitVolume(t, b.ctx, b.k8s, 2*time.Minute, "status.dirtySince while dirty", func(f *fcv1.FlashCacheVolume) bool {
+			return f.Status.DirtySince != nil && f.Status.DirtyData != nil && !f.Status.DirtyData.IsZero()
+		})
+		since := float64(dirty.Status.DirtySince.UnixNano()) / 1e9
+		t.Logf("dirtySince %s, %.1f s before the writes began", dirty.Status.DirtySince.UTC().Format(time.RFC3339), writtenAt-since)
+		if since > writtenAt {
+			t.Errorf("dirtySince %.1f s after the writes began: the bound under-states the age of dirty data", since-writtenAt)
 		}
 		b.sh(t, "( while :; do sed 's/.*\\[\\(.*\\)\\].*/\\1/' "+b.stateFile+"cache_mode; sleep 0.5; done ) >/root/modes 2>&1 </dev/null & echo $! >/root/sampler.pid")
 		if out, err := b.kubectl.Run("annotate", "fcv", volumeName, fcv1.AnnotationBackgroundFlush+"="+time.Now().UTC().Format(time.RFC3339), "--overwrite"); err != nil {
@@ -178,6 +193,9 @@ func testFlushPassesThroughTheAgent(t *testing.T, b *policyBed) {
 				sawProgress = c.Message
 			}
 			return sawProgress != "" && f.Status.DirtyData != nil && f.Status.DirtyData.IsZero() && f.Status.Device.CacheMode == fcv1.CacheModeWriteback
+		})
+		waitVolume(t, b.ctx, b.k8s, time.Minute, "no dirtySince once clean", func(f *fcv1.FlashCacheVolume) bool {
+			return f.Status.DirtySince == nil
 		})
 		b.sh(t, "kill $(cat /root/sampler.pid)")
 		modes := b.sh(t, "sort </root/modes | uniq -c")
