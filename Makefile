@@ -222,6 +222,7 @@ bench: ## OLTP per storage configuration, flush efficiency and the operator at s
 		BENCH_DATASET_DIR=$(FLASHCACHE_CACHE)/bench/datasets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) KUBEBUILDER_ASSETS=$$assets; \
 	$(BENCH_VM) -run TestFlushEfficiency; \
 	$(BENCH_VM) -run TestOLTP; \
+	BENCH_DATA_SET=larger-than-cache $(BENCH_VM) -run TestOLTP; \
 	$(BENCH_SCALE); \
 	$(BENCH_REPORT) -results $(BENCH_RESULTS) -docs ../docs -notes ../docs/benchmarks/analysis.md
 	@echo "results in $(BENCH_RESULTS); report in docs/benchmarks.md"
@@ -237,7 +238,7 @@ bench-scale: ## The operator at scale alone: 1000 FlashCacheVolumes on 200 kwok 
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) $(BENCH_SCALE)
 
 .PHONY: test-bench-smoke
-test-bench-smoke: ## make bench in miniature (two configurations, a tiny data set, 50 volumes): proves it runs and renders, measures nothing.
+test-bench-smoke: ## make bench in miniature (three configurations, a tiny data set, 50 volumes): proves it runs, resumes and renders, measures nothing.
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
@@ -249,9 +250,11 @@ test-bench-smoke: ## make bench in miniature (two configurations, a tiny data se
 	BENCH_CONFIGS=flashcache-flush-30s $(BENCH_VM) -run TestOLTP; \
 	BENCH_CONFIGS=flashcache-flush-30s,dm-writecache $(BENCH_VM) -run TestOLTP | tee $$out/resumed.log; \
 	grep -q "runs to measure: 1; runs kept from $$out/results/oltp.json: 1" $$out/resumed.log; \
+	BENCH_DATA_SET=larger-than-cache BENCH_CACHE_DISK_MIB=256 BENCH_CONFIGS=flashcache-congestion-off $(BENCH_VM) -run TestOLTP; \
 	BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 $(BENCH_SCALE); \
 	$(BENCH_REPORT) -results $$out/results -docs $$out/docs; \
-	grep -q 'flashcache-flush-30s' $$out/docs/benchmarks.md && test -s $$out/docs/benchmarks/tps-dm-writecache.png
+	grep -q 'flashcache-flush-30s' $$out/docs/benchmarks.md && test -s $$out/docs/benchmarks/tps-dm-writecache.png && \
+		test -s $$out/docs/benchmarks/larger-tps-flashcache-congestion-off.png
 
 ##@ Packaging
 

@@ -76,13 +76,13 @@ readlink -f /dev/bench/data
 // allStorages are every configuration the benchmark knows, in report order.
 func allStorages() []storage {
 	fc := func(name, desc, extra string) storage {
-		return storage{Config: results.Config{Name: name, Description: desc, Cached: true, DirtyAgeBoundSeconds: dirtyAgeBound(extra).Seconds()},
+		return storage{Config: results.Config{Name: name, Description: desc, Cached: true, Bcache: true, DirtyAgeBoundSeconds: dirtyAgeBound(extra).Seconds()},
 			kind: flashcache, setup: flashcacheSetup(extra), flushSpec: extra}
 	}
 	return []storage{
 		{Config: results.Config{Name: "hdd", Description: "HDD only, no cache (the floor)"}, kind: uncached, setup: "readlink -f $HDD"},
 		{Config: results.Config{Name: "all-flash", Description: "the data set directly on the NVMe (the ceiling)"}, kind: uncached, setup: "readlink -f $NVME"},
-		{Config: results.Config{Name: "bcache-stock", Description: "make-bcache --writeback on the whole SSD and HDD, every knob as bcache leaves it", Cached: true},
+		{Config: results.Config{Name: "bcache-stock", Description: "make-bcache --writeback on the whole SSD and HDD, every knob as bcache leaves it", Cached: true, Bcache: true},
 			kind: stockBcache, setup: `make-bcache --writeback -C $NVME -B $HDD >/dev/null
 udevadm settle
 for d in $NVME $HDD; do echo $(readlink -f $d) >/sys/fs/bcache/register 2>/dev/null || true; done
@@ -96,6 +96,11 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 		fc("flashcache-dirty-10", "defaults with dirtyThresholdPercent 10 (bcache's default, and the old one)", "  dirtyThresholdPercent: 10\n"),
 		fc("flashcache-cutoff-4m", "cacheSequentialUntilFull false: the 4 MiB cutoff from the start, so the initial copy goes around the cache (the old default)",
 			"  cacheSequentialUntilFull: false\n"),
+		fc("flashcache-fifo", "defaults with replacementPolicy fifo (bcache's lru is the default)", "  replacementPolicy: fifo\n"),
+		withAfterApply(fc("flashcache-congestion-off", "defaults with bcache's congestion thresholds off: no read or write goes around a busy cache", ""),
+			`set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))
+echo 0 >/sys/fs/bcache/$set/congested_read_threshold_us
+echo 0 >/sys/fs/bcache/$set/congested_write_threshold_us`),
 		{Config: results.Config{Name: "lvmcache", Description: "lvmcache: dm-cache, writeback, smq, cache volume of 80% of the SSD", Cached: true},
 			kind: lvmCache, setup: lvmSetup("lvconvert -q -y --type cache --cachevol fast --cachemode writeback --cachepolicy smq bench/data >/dev/null")},
 		{Config: results.Config{Name: "dm-writecache", Description: "lvm's dm-writecache, cache volume of 80% of the SSD", Cached: true},
@@ -113,11 +118,26 @@ func dirtyAgeBound(specLines string) time.Duration {
 	return engine.DirtyAgeBound(spec.EffectiveFlushPeriod())
 }
 
-// selectStorages picks configurations by name ("" for all), in report order.
-func selectStorages(names string) ([]storage, error) {
+func withAfterApply(s storage, script string) storage {
+	s.afterApply = script
+	return s
+}
+
+// defaultConfigs are what each data set runs when BENCH_CONFIGS does not say: on the fitting
+// set every configuration but the larger set's variants; on the larger set no all-flash (the
+// SSD is too small to hold the data) and the knobs that decide what stays in a cache too small.
+var defaultConfigs = map[string][]string{
+	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-flush-off", "flashcache-flush-30s",
+		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "lvmcache", "dm-writecache"},
+	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "flashcache", "flashcache-cutoff-4m", "flashcache-fifo",
+		"flashcache-congestion-off", "lvmcache", "dm-writecache"},
+}
+
+// selectStorages picks configurations by name (the data set's defaults for ""), in report order.
+func selectStorages(names, dataSet string) ([]storage, error) {
 	all := allStorages()
 	if strings.TrimSpace(names) == "" {
-		return all, nil
+		names = strings.Join(defaultConfigs[dataSet], ",")
 	}
 	byName := map[string]storage{}
 	for _, s := range all {
@@ -138,18 +158,30 @@ func selectStorages(names string) ([]storage, error) {
 	return out, nil
 }
 
-// dirtyBytesScript prints the bytes the cache holds that the HDD does not have yet.
-func (s storage) dirtyBytesScript() string {
-	switch s.kind {
-	case stockBcache, flashcache:
-		return `flashcache_dirty() { python3 - "$1" <<'EOF'
+// bcacheBytes prints a bcache sysfs size ("1.5M") in bytes.
+const bcacheBytes = `bcache_bytes() { python3 - "$1" <<'EOF'
 import sys
 units = {"k": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 v = open(sys.argv[1]).read().strip()
 print(int(float(v[:-1]) * units[v[-1]]) if v[-1] in units else int(v))
 EOF
 }
-flashcache_dirty /sys/block/$(basename $DEV)/bcache/dirty_data`
+`
+
+// bypassedBytesScript prints the I/O bcache sent around its cache since the device was
+// registered (sequential past the cutoff, or the cache congested); "" for other caches.
+func (s storage) bypassedBytesScript() string {
+	if s.kind != stockBcache && s.kind != flashcache {
+		return ""
+	}
+	return bcacheBytes + "bcache_bytes /sys/block/$(basename $DEV)/bcache/stats_total/bypassed"
+}
+
+// dirtyBytesScript prints the bytes the cache holds that the HDD does not have yet.
+func (s storage) dirtyBytesScript() string {
+	switch s.kind {
+	case stockBcache, flashcache:
+		return bcacheBytes + "bcache_bytes /sys/block/$(basename $DEV)/bcache/dirty_data"
 	case lvmCache:
 		// dm-cache status: 0 <len> cache <md block> <md used/total> <block sectors> <used/total>
 		// <read hits> <read misses> <write hits> <write misses> <demotions> <promotions> <dirty> ...

@@ -32,32 +32,35 @@ type chartFiles struct {
 // unsafeInFileName is what a configuration's name may not bring into a file name.
 var unsafeInFileName = regexp.MustCompile(`[^A-Za-z0-9._-]`)
 
-// writeCharts draws the median TPS chart and one TPS-over-time chart per configuration with
-// interval TPS into dir.
-func writeCharts(dir string, summaries []oltpSummary) (chartFiles, error) {
-	files := chartFiles{perConfig: map[string]string{}}
+// removeCharts deletes the TPS charts in dir: charts of configurations an earlier results
+// folder had would otherwise stay behind, unlinked, in the docs.
+func removeCharts(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return files, fmt.Errorf("charts folder: %w", err)
+		return fmt.Errorf("charts folder: %w", err)
 	}
-	// Charts of configurations an earlier results folder had would otherwise stay behind,
-	// unlinked, in the docs.
-	stale, err := filepath.Glob(filepath.Join(dir, "tps-*.png"))
+	stale, err := filepath.Glob(filepath.Join(dir, "*tps-*.png"))
 	if err != nil {
-		return files, fmt.Errorf("charts folder: %w", err)
+		return fmt.Errorf("charts folder: %w", err)
 	}
 	for _, f := range stale {
 		if err := os.Remove(f); err != nil {
-			return files, fmt.Errorf("remove an old chart: %w", err)
+			return fmt.Errorf("remove an old chart: %w", err)
 		}
 	}
+	return nil
+}
+
+// writeCharts draws the median TPS chart and one TPS-over-time chart per configuration with
+// interval TPS into dir, their names starting with prefix (one per data set).
+func writeCharts(dir, prefix string, summaries []oltpSummary) (chartFiles, error) {
+	files := chartFiles{perConfig: map[string]string{}}
 	if len(summaries) == 0 {
 		return files, nil
 	}
-
-	if err := medianTPSChart(summaries, filepath.Join(dir, medianChart)); err != nil {
+	if err := medianTPSChart(summaries, filepath.Join(dir, prefix+medianChart)); err != nil {
 		return files, err
 	}
-	files.median = path.Join(chartsDir, medianChart)
+	files.median = path.Join(chartsDir, prefix+medianChart)
 
 	// The same axes for every configuration, so the charts compare at a glance; headroom above
 	// for the legend.
@@ -75,7 +78,7 @@ func writeCharts(dir string, summaries []oltpSummary) (chartFiles, error) {
 		if !hasIntervals(s) {
 			continue
 		}
-		name := "tps-" + unsafeInFileName.ReplaceAllString(s.config.Name, "_") + ".png"
+		name := prefix + "tps-" + unsafeInFileName.ReplaceAllString(s.config.Name, "_") + ".png"
 		if err := tpsOverTimeChart(s, axes, filepath.Join(dir, name)); err != nil {
 			return files, err
 		}

@@ -14,6 +14,8 @@ const (
 	allFlash           = "all-flash"
 	bcacheStock        = "bcache-stock"
 	lvmcache           = "lvmcache"
+	dmWritecache       = "dm-writecache"
+	flashcacheFlushOff = "flashcache-flush-off"
 	hddOnly            = "hdd"
 )
 
@@ -37,6 +39,7 @@ type oltpSummary struct {
 	ssdKiBPerTxn          float64
 	copySeconds           float64
 	dirtyMiB              float64
+	bypassedMiB           float64
 	flushSeconds          float64
 	fioIOPS               float64
 	fioHDDReadsPerKiloOps float64
@@ -89,6 +92,10 @@ func summarize(o *results.OLTP) []oltpSummary {
 		s.ssdKiBPerTxn = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.SSDWriteBytesPerTxn / (1 << 10) })
 		s.copySeconds = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.CopySeconds })
 		s.dirtyMiB = medianOf(s.runs, func(r results.OLTPRun) float64 { return float64(r.DirtyBytesAfter) / (1 << 20) })
+		s.bypassedMiB = math.NaN()
+		if c.Bcache {
+			s.bypassedMiB = medianOf(s.runs, func(r results.OLTPRun) float64 { return float64(r.BypassedBytes) / (1 << 20) })
+		}
 		s.flushSeconds = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.FlushSeconds })
 		s.fioIOPS = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.FioReadIOPS + r.FioWriteIOPS })
 		s.fioHDDReadsPerKiloOps = medianOf(s.runs, func(r results.OLTPRun) float64 { return r.FioHDDReadsPerKiloOps })

@@ -24,11 +24,37 @@ const (
 	dash = "–"
 )
 
-// inputs are the results folder's files; nil for one that is not there.
+// inputs are the results folder's files; nil for one that is not there. oltp is the data set
+// that fits the cache, larger the one larger than the cache.
 type inputs struct {
-	oltp  *results.OLTP
-	flush *results.Flush
-	scale *results.Scale
+	oltp   *results.OLTP
+	larger *results.OLTP
+	flush  *results.Flush
+	scale  *results.Scale
+}
+
+// oltpSet is one data set's OLTP results as the page shows them.
+type oltpSet struct {
+	oltp      *results.OLTP
+	summaries []oltpSummary
+	charts    chartFiles
+	// heading follows the OLTP sections' headings ("" for the fitting set); prefix starts its
+	// charts' file names.
+	heading, prefix string
+}
+
+// oltpSets are the data sets in page order; the larger one only when it ran.
+func oltpSets(in inputs) []oltpSet {
+	sets := []oltpSet{{oltp: in.oltp}}
+	if in.larger != nil {
+		sets = append(sets, oltpSet{oltp: in.larger, heading: ": a data set larger than the cache", prefix: "larger-"})
+	}
+	for i := range sets {
+		if sets[i].oltp != nil {
+			sets[i].summaries = summarize(sets[i].oltp)
+		}
+	}
+	return sets
 }
 
 // load reads what the results folder has. A missing file is not an error: `make bench` can
@@ -39,7 +65,7 @@ func load(dir string) (inputs, error) {
 		return inputs{}, fmt.Errorf("results folder: %w", err)
 	}
 	var in inputs
-	var oltp results.OLTP
+	var oltp, larger results.OLTP
 	var flush results.Flush
 	var scale results.Scale
 	for _, f := range []struct {
@@ -48,6 +74,7 @@ func load(dir string) (inputs, error) {
 		keep  func()
 	}{
 		{results.OLTPFile, &oltp, func() { in.oltp = &oltp }},
+		{results.OLTPFileFor(results.DataSetLargerThanCache), &larger, func() { in.larger = &larger }},
 		{results.FlushFile, &flush, func() { in.flush = &flush }},
 		{results.ScaleFile, &scale, func() { in.scale = &scale }},
 	} {
@@ -77,15 +104,17 @@ func generate(resultsDir, docsDir, notesFile string) error {
 		}
 		notes = string(b)
 	}
-	var summaries []oltpSummary
-	if in.oltp != nil {
-		summaries = summarize(in.oltp)
-	}
-	charts, err := writeCharts(filepath.Join(docsDir, chartsDir), summaries)
-	if err != nil {
+	dir := filepath.Join(docsDir, chartsDir)
+	if err := removeCharts(dir); err != nil {
 		return err
 	}
-	md := render(in, summaries, charts, notes)
+	sets := oltpSets(in)
+	for i := range sets {
+		if sets[i].charts, err = writeCharts(dir, sets[i].prefix, sets[i].summaries); err != nil {
+			return err
+		}
+	}
+	md := render(in, sets, notes)
 	if err := os.WriteFile(filepath.Join(docsDir, markdownFile), []byte(md), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", markdownFile, err)
 	}
@@ -94,14 +123,16 @@ func generate(resultsDir, docsDir, notesFile string) error {
 
 // render is the whole of benchmarks.md. It depends on nothing but its arguments, so the same
 // results give the same page.
-func render(in inputs, summaries []oltpSummary, charts chartFiles, notes string) string {
+func render(in inputs, sets []oltpSet, notes string) string {
 	var b strings.Builder
 	writeIntro(&b, in)
 	writeMachine(&b, in)
-	writeParams(&b, in.oltp)
-	writeOLTP(&b, in.oltp, summaries)
-	writeChartSection(&b, in.oltp, summaries, charts)
-	writeTargets(&b, targets(in, summaries))
+	for _, set := range sets {
+		writeParams(&b, set.oltp, set.heading)
+		writeOLTP(&b, set.oltp, set.summaries, set.heading)
+		writeChartSection(&b, set.oltp, set.summaries, set.charts, set.heading)
+	}
+	writeTargets(&b, targets(in, sets))
 	writeFlush(&b, in.flush)
 	writeScale(&b, in.scale)
 	if notes != "" {
@@ -112,9 +143,20 @@ func render(in inputs, summaries []oltpSummary, charts chartFiles, notes string)
 		}
 		b.WriteString("\n")
 	}
-	if in.oltp != nil && len(in.oltp.Failures) > 0 {
+	var failures []string
+	for _, set := range sets {
+		if set.oltp != nil {
+			for _, f := range set.oltp.Failures {
+				if label := strings.TrimPrefix(set.heading, ": "); label != "" {
+					f += " (" + label + ")"
+				}
+				failures = append(failures, f)
+			}
+		}
+	}
+	if len(failures) > 0 {
 		b.WriteString("## Failures\n\nThese OLTP runs failed and are not in the tables above:\n\n")
-		for _, f := range in.oltp.Failures {
+		for _, f := range failures {
 			fmt.Fprintf(&b, "- %s\n", inline(f))
 		}
 		b.WriteString("\n")
@@ -202,8 +244,8 @@ func writeMachine(b *strings.Builder, in inputs) {
 	})
 }
 
-func writeParams(b *strings.Builder, o *results.OLTP) {
-	b.WriteString("## OLTP parameters\n\n")
+func writeParams(b *strings.Builder, o *results.OLTP, heading string) {
+	b.WriteString("## OLTP parameters" + heading + "\n\n")
 	if o == nil {
 		b.WriteString(notRun + "\n\n")
 		return
@@ -224,8 +266,8 @@ func writeParams(b *strings.Builder, o *results.OLTP) {
 	})
 }
 
-func writeOLTP(b *strings.Builder, o *results.OLTP, summaries []oltpSummary) {
-	b.WriteString("## OLTP results\n\n")
+func writeOLTP(b *strings.Builder, o *results.OLTP, summaries []oltpSummary, heading string) {
+	b.WriteString("## OLTP results" + heading + "\n\n")
 	if o == nil {
 		b.WriteString(notRun + "\n\n")
 		return
@@ -250,7 +292,7 @@ func writeOLTP(b *strings.Builder, o *results.OLTP, summaries []oltpSummary) {
 
 	b.WriteString("### Where the I/O went\n\n")
 	b.WriteString("Read hit ratio: the share of the bytes read from the volume that the HDD did not serve. " +
-		"Per-transaction counts are over the measured run. Dirty data is what was left in the cache when the " +
+		"Per-transaction counts are over the measured run, and so is what bcache bypassed (sequential I/O past its cutoff, or a cache it judged congested). Dirty data is what was left in the cache when the " +
 		"run ended, and flush is how long writing it back took. The fio columns are of a separate fio run of " +
 		"random I/O on the same volume.\n\n")
 	rows = nil
@@ -261,13 +303,13 @@ func writeOLTP(b *strings.Builder, o *results.OLTP, summaries []oltpSummary) {
 		}
 		rows = append(rows, []string{
 			configLabel(s.config), percent(s.readHitRatio), num(s.hddReadsPerTxn, 2), num(s.hddWritesPerTxn, 2),
-			num(s.ssdKiBPerTxn, 1), num(s.copySeconds, 0), num(s.dirtyMiB, 0), flush, num(s.fioIOPS, 0),
+			num(s.ssdKiBPerTxn, 1), num(s.bypassedMiB, 1), num(s.copySeconds, 0), num(s.dirtyMiB, 0), flush, num(s.fioIOPS, 0),
 			num(s.fioHDDReadsPerKiloOps, 0),
 		})
 	}
 	table(b, []string{"Configuration", "Read hits (%)", "HDD reads / txn", "HDD writes / txn",
-		"SSD KiB written / txn", "Initial copy (s)", "Dirty after run (MiB)", "Flush (s)", "fio IOPS (r+w)",
-		"fio HDD reads / 1000 ops"}, "lrrrrrrrrr", rows)
+		"SSD KiB written / txn", "Bypassed by bcache (MiB)", "Initial copy (s)", "Dirty after run (MiB)", "Flush (s)", "fio IOPS (r+w)",
+		"fio HDD reads / 1000 ops"}, "lrrrrrrrrrr", rows)
 }
 
 // writeDirtyAge is the age of dirty data the markers measured, against flashcache's bound.
@@ -321,8 +363,8 @@ func tpsSpread(s oltpSummary) string {
 	return fmt.Sprintf("%s (%s–%s)", num(s.tps, 1), num(s.tpsMin, 1), num(s.tpsMax, 1))
 }
 
-func writeChartSection(b *strings.Builder, o *results.OLTP, summaries []oltpSummary, charts chartFiles) {
-	b.WriteString("## TPS over time\n\n")
+func writeChartSection(b *strings.Builder, o *results.OLTP, summaries []oltpSummary, charts chartFiles, heading string) {
+	b.WriteString("## TPS over time" + heading + "\n\n")
 	if o == nil {
 		b.WriteString(notRun + "\n\n")
 		return

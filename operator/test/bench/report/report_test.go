@@ -50,6 +50,8 @@ func fixture(t *testing.T, withScale bool) string {
 		Failures: []string{"flashcache #3: guest did not answer"},
 	}
 	oltp.Configs[1].DirtyAgeBoundSeconds = 600
+	oltp.Configs[2].Bcache = true
+	oltp.Runs[2].BypassedBytes, oltp.Runs[5].BypassedBytes = 3<<20, 5<<20
 	for i := range oltp.Runs {
 		oltp.Runs[i].P99Ms = 40 + float64(oltp.Runs[i].Rep)
 	}
@@ -125,7 +127,7 @@ func TestReportTablesHaveMediansAndRatios(t *testing.T) {
 	}
 	line(t, md, "| `all-flash` (ceiling) |", "| 1100.0 (1000.0–1200.0) |", "| 1.00× |")
 	line(t, md, "make-bcache \\| every knob")
-	line(t, md, "| `flashcache` | 90.0 | 0.50 | 1.25 | 16.0 | 60 | 100 | 5.0 | 400 | 50 |")
+	line(t, md, "| `flashcache` | 90.0 | 0.50 | 1.25 | 16.0 | – | 60 | 100 | 5.0 | 400 | 50 |")
 	line(t, md, "| sequential 1 MiB | 512 | 5.4 | 95.00 | 4096 × 128 KiB | 758 | 100.00 | 0.95 | 150.00 | 0.63 |")
 	line(t, md, "| Host CPU | Test CPU |")
 	line(t, md, "took 2 h 02 min")
@@ -141,6 +143,9 @@ func TestReportShowsP99AndTheAgeOfDirtyDataAgainstTheBound(t *testing.T) {
 	line(t, md, "| `flashcache` |", "flashcache's defaults", "| 21.5 | 41.5 |")
 	line(t, md, "| `flashcache` | 3 | 200 | 590 | 600 | yes |")
 	line(t, md, "| `bcache-stock` | 0 | – | 700 | – | – |")
+	line(t, md, "| `bcache-stock` | 90.0 |", "| 4.0 |")
+	line(t, md, "oldest dirty data within its bound", "| 590 s oldest of 3 markers; bound 600 s | met |")
+	line(t, md, "the time-based flush costs ≤ 10 %", "| not measured |")
 	if strings.Contains(md, "| `all-flash` (ceiling) | 0 |") {
 		t.Errorf("a configuration without markers has a dirty-age row:\n%s", md)
 	}
@@ -221,5 +226,39 @@ func TestReportPrintsNotesUnderAnalysis(t *testing.T) {
 	}
 	if !strings.Contains(string(b), "## Analysis\n\nflashcache flushes *early*.\n") {
 		t.Errorf("notes not under Analysis:\n%s", b)
+	}
+}
+
+func TestReportHasTheLargerThanCacheSetWithItsTargets(t *testing.T) {
+	dir := fixture(t, false)
+	run := func(config string, tps, hddReads float64) results.OLTPRun {
+		return results.OLTPRun{Config: config, Rep: 1, TPS: tps, IntervalTPS: []float64{tps, tps}, P95Ms: 30, P99Ms: 60, HDDReadsPerTxn: hddReads}
+	}
+	larger := results.OLTP{
+		Params: results.OLTPParams{DataSet: results.DataSetLargerThanCache, DataMiB: 1024, CacheDiskMiB: 640, Repetitions: 1},
+		Configs: []results.Config{{Name: "flashcache", Cached: true}, {Name: "bcache-stock", Cached: true},
+			{Name: "lvmcache", Cached: true}, {Name: "dm-writecache", Cached: true}},
+		// Above bcache-stock on both; above lvmcache on TPS but with more HDD reads; dm-writecache
+		// not run.
+		Runs:     []results.OLTPRun{run("flashcache", 30, 2), run("bcache-stock", 20, 3), run("lvmcache", 25, 1.5)},
+		Failures: []string{"dm-writecache #1: lvconvert failed"},
+	}
+	if err := results.Write(dir, results.OLTPFileFor(results.DataSetLargerThanCache), larger); err != nil {
+		t.Fatal(err)
+	}
+	docs, md := generateInto(t, dir)
+	line(t, md, "## OLTP results: a data set larger than the cache")
+	line(t, md, "## OLTP parameters: a data set larger than the cache")
+	line(t, md, "| larger-than-cache set: `flashcache` above bcache-stock on TPS and HDD reads / txn |", "| met |")
+	line(t, md, "| larger-than-cache set: `flashcache` above lvmcache on TPS and HDD reads / txn |", "| missed |")
+	line(t, md, "| larger-than-cache set: `flashcache` above dm-writecache on TPS and HDD reads / txn |", "| not measured |")
+	line(t, md, "- dm-writecache #1: lvconvert failed (a data set larger than the cache)")
+	for _, chart := range []string{"larger-tps-median.png", "larger-tps-flashcache.png", "tps-flashcache.png"} {
+		if _, err := os.Stat(filepath.Join(docs, chartsDir, chart)); err != nil {
+			t.Errorf("chart %s: %v", chart, err)
+		}
+	}
+	if !strings.Contains(md, "](benchmarks/larger-tps-flashcache.png)") {
+		t.Errorf("the larger set's chart is not linked")
 	}
 }

@@ -8,9 +8,10 @@ import (
 	"github.com/flashcache/flashcache/operator/test/bench/results"
 )
 
-// The targets (#10).
+// The issues' targets (#10, #23, #25).
 const (
 	allFlashShareTarget  = 0.9
+	flushCostShareTarget = 0.9
 	bcacheAimRatio       = 1.3
 	intervalCVTarget     = 0.10
 	flushRatioTarget     = 0.9
@@ -39,8 +40,9 @@ func verdict(ok bool) string {
 
 // targets checks the targets against the data; a target whose data is missing is
 // "not measured", never met.
-func targets(in inputs, summaries []oltpSummary) []target {
+func targets(in inputs, sets []oltpSet) []target {
 	var out []target
+	summaries := sets[0].summaries
 	fc := medianTPS(summaries, flashcacheDefaults)
 	tpsTarget := func(goal, other string, met func(r float64) bool) target {
 		r := ratio(fc, medianTPS(summaries, other))
@@ -61,7 +63,16 @@ func targets(in inputs, summaries []oltpSummary) []target {
 			func(r float64) bool { return r >= bcacheAimRatio }),
 		tpsTarget(flashcacheConfigName+" TPS above lvmcache", lvmcache, func(r float64) bool { return r > 1 }),
 		tpsTarget(flashcacheConfigName+" TPS over HDD only", hddOnly, nil),
+		tpsTarget(fmt.Sprintf("the time-based flush costs ≤ %.0f %%: %s TPS ≥ %.1f × flushPeriod 0s", 100*(1-flushCostShareTarget),
+			flashcacheConfigName, flushCostShareTarget), flashcacheFlushOff, func(r float64) bool { return r >= flushCostShareTarget }),
 	)
+	ageGoal := flashcacheConfigName + " oldest dirty data within its bound (flushPeriod + the pass's limit)"
+	if s := find(summaries, flashcacheDefaults); s != nil && !math.IsNaN(s.oldestDirtySeconds) && s.config.DirtyAgeBoundSeconds > 0 {
+		out = append(out, target{ageGoal, fmt.Sprintf("%s s oldest of %d markers; bound %s s", num(s.oldestDirtySeconds, 0), s.dirtyAgeMarkers,
+			num(s.config.DirtyAgeBoundSeconds, 0)), verdict(s.oldestDirtySeconds <= s.config.DirtyAgeBoundSeconds)})
+	} else {
+		out = append(out, target{ageGoal, dash, statusNotMeasured})
+	}
 
 	cvGoal := fmt.Sprintf("%s 10-s TPS CV ≤ %.0f %%", flashcacheConfigName, 100*intervalCVTarget)
 	if s := find(summaries, flashcacheDefaults); s != nil && !math.IsNaN(s.intervalCV) {
@@ -81,7 +92,30 @@ func targets(in inputs, summaries []oltpSummary) []target {
 				verdict(p.Ratio >= flushRatioTarget)})
 		}
 	}
+	if len(sets) > 1 {
+		out = append(out, largerSetTargets(sets[1].summaries)...)
+	} else {
+		out = append(out, target{"larger-than-cache set: " + flashcacheConfigName + " above bcache-stock, lvmcache and dm-writecache", dash, statusNotMeasured})
+	}
 	return append(out, scaleTargets(in.scale)...)
+}
+
+// largerSetTargets are #25's for the data set larger than the cache: flashcache's defaults
+// above every other cache, on median TPS and on HDD reads per transaction (fewer is better).
+func largerSetTargets(summaries []oltpSummary) []target {
+	var out []target
+	fc := find(summaries, flashcacheDefaults)
+	for _, other := range []string{bcacheStock, lvmcache, dmWritecache} {
+		goal := fmt.Sprintf("larger-than-cache set: %s above %s on TPS and HDD reads / txn", flashcacheConfigName, other)
+		o := find(summaries, other)
+		if fc == nil || o == nil || math.IsNaN(fc.tps) || math.IsNaN(o.tps) {
+			out = append(out, target{goal, dash, statusNotMeasured})
+			continue
+		}
+		measured := fmt.Sprintf("%s vs %s TPS; %s vs %s HDD reads / txn", num(fc.tps, 1), num(o.tps, 1), num(fc.hddReadsPerTxn, 2), num(o.hddReadsPerTxn, 2))
+		out = append(out, target{goal, measured, verdict(fc.tps > o.tps && fc.hddReadsPerTxn < o.hddReadsPerTxn)})
+	}
+	return out
 }
 
 // scaleTargets are the operator's. Reconcile time and memory only count at the size:

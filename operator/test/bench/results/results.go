@@ -21,6 +21,24 @@ const (
 	ScaleFile = "scale.json"
 )
 
+// The OLTP benchmark's data sets: one that fits the cache, and one at least twice the cache
+// partition, where the cache's admission and replacement decide.
+const (
+	DataSetFits            = "fits"
+	DataSetLargerThanCache = "larger-than-cache"
+)
+
+// DataSets are the data sets, in report order.
+var DataSets = []string{DataSetFits, DataSetLargerThanCache}
+
+// OLTPFileFor is the file a data set's OLTP results are in; the fitting set keeps oltp.json.
+func OLTPFileFor(dataSet string) string {
+	if dataSet == "" || dataSet == DataSetFits {
+		return OLTPFile
+	}
+	return "oltp-" + dataSet + ".json"
+}
+
 // Machine is where a benchmark ran.
 type Machine struct {
 	HostCPU       string `json:"hostCPU"`
@@ -38,6 +56,9 @@ type Machine struct {
 
 // OLTPParams are the sizes and durations of an OLTP run; the report prints them.
 type OLTPParams struct {
+	// DataSet is DataSetFits (also when empty: runs from before there were two) or
+	// DataSetLargerThanCache.
+	DataSet         string  `json:"dataSet,omitempty"`
 	DataMiB         int     `json:"dataMiB"`
 	Tables          int     `json:"tables"`
 	RowsPerTable    int     `json:"rowsPerTable"`
@@ -59,6 +80,8 @@ type Config struct {
 	Description string `json:"description"`
 	// Cached is false for the floor and the ceiling (HDD only, all-flash).
 	Cached bool `json:"cached"`
+	// Bcache is true for the configurations built on bcache, whose bypassed bytes are counted.
+	Bcache bool `json:"bcache,omitempty"`
 	// DirtyAgeBoundSeconds is the bound flashcache documents on the age of dirty data for the
 	// configuration's flush period (engine.DirtyAgeBound); 0 for none.
 	DirtyAgeBoundSeconds float64 `json:"dirtyAgeBoundSeconds,omitempty"`
@@ -91,10 +114,14 @@ type OLTPRun struct {
 
 	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
 	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
-	ReadHitRatio          float64 `json:"readHitRatio"`
-	HDDReadsPerTxn        float64 `json:"hddReadsPerTxn"`
-	HDDWritesPerTxn       float64 `json:"hddWritesPerTxn"`
-	SSDWriteBytesPerTxn   float64 `json:"ssdWriteBytesPerTxn"`
+	ReadHitRatio        float64 `json:"readHitRatio"`
+	HDDReadsPerTxn      float64 `json:"hddReadsPerTxn"`
+	HDDWritesPerTxn     float64 `json:"hddWritesPerTxn"`
+	SSDWriteBytesPerTxn float64 `json:"ssdWriteBytesPerTxn"`
+	// BypassedBytes is what bcache sent around its cache during the measured run (its
+	// stats_total/bypassed, which it updates every few seconds): sequential I/O past the cutoff,
+	// or I/O to a cache it judged congested.
+	BypassedBytes         int64   `json:"bypassedBytes,omitempty"`
 	DirtyBytesAfter       int64   `json:"dirtyBytesAfter"`
 	FlushSeconds          float64 `json:"flushSeconds"`
 	FlushIncomplete       bool    `json:"flushIncomplete,omitempty"`
@@ -211,14 +238,15 @@ type Scale struct {
 	OperatorCPUSecondsBeforeStart float64 `json:"operatorCPUSecondsBeforeVolumes"`
 }
 
-// ResumeOLTP loads the runs a previous, unfinished benchmark left in dir/OLTPFile, so that a
-// run which cannot finish in one sitting goes on where it stopped. Runs are kept only when they
-// were measured with the same parameters: otherwise their figures would not compare, and the
-// error says which parameter differs. A missing file is an empty start; failures are dropped,
-// since what failed is measured again.
+// ResumeOLTP loads the runs a previous, unfinished benchmark of p's data set left in dir, so
+// that a run which cannot finish in one sitting goes on where it stopped. Runs are kept only
+// when they were measured with the same parameters: otherwise their figures would not compare,
+// and the error says which parameter differs. A missing file is an empty start; failures are
+// dropped, since what failed is measured again.
 func ResumeOLTP(dir string, p OLTPParams) (OLTP, error) {
 	var o OLTP
-	err := Read(dir, OLTPFile, &o)
+	file := OLTPFileFor(p.DataSet)
+	err := Read(dir, file, &o)
 	if errors.Is(err, os.ErrNotExist) {
 		return OLTP{}, nil
 	}
@@ -227,7 +255,7 @@ func ResumeOLTP(dir string, p OLTPParams) (OLTP, error) {
 	}
 	if diff := paramsDiff(o.Params, p); diff != "" {
 		return OLTP{}, fmt.Errorf("%s holds runs of other parameters (%s): move it away, or set BENCH_RESULTS to another folder",
-			filepath.Join(dir, OLTPFile), diff)
+			filepath.Join(dir, file), diff)
 	}
 	o.Failures = nil
 	return o, nil
