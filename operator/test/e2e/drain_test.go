@@ -423,11 +423,18 @@ spec:
 	})
 
 	t.Run("EvictionWithoutCordonFlushesToo", func(t *testing.T) {
+		// The agent the last test restarted has applied the volume again: ready, and the kernel
+		// in writeback, before the writes that must leave it dirty.
+		eventually(t, ctx, 2*time.Minute, "the restarted agent ready and the volume in writeback", func(ctx context.Context) (string, bool, error) {
+			out, _ := vm.Output(ctx, "cat "+stateFile+"cache_mode; exec 3<>/dev/tcp/127.0.0.1/8091 && printf 'GET /readyz HTTP/1.0\\r\\n\\r\\n' >&3 && head -n1 <&3")
+			return out, strings.Contains(out, "[writeback]") && strings.Contains(out, " 200 "), nil
+		})
 		// What an autoscaler or a descheduler does: evict, with the node still schedulable.
 		sh(t, fmt.Sprintf("fio --name=dirty2 --filename=/dev/flashcache/%s --rw=randwrite --bs=4k --size=%d --io_size=8M "+
 			"--direct=1 --ioengine=psync --randrepeat=0 --output=/dev/null && sync", volumeName, dataSpan))
 		if state := sh(t, "cat "+stateFile+"state"); state != "dirty" {
-			t.Fatalf("bcache state %q after writing, want dirty", state)
+			t.Fatalf("bcache state %q after writing, want dirty; cache_mode %s, dirty_data %s; agent log:\n%s", state,
+				sh(t, "cat "+stateFile+"cache_mode"), sh(t, "cat "+stateFile+"dirty_data"), sh(t, "tail -n 30 /root/agent.log"))
 		}
 		checksum2 = sh(t, fmt.Sprintf("dd if=/dev/flashcache/%s bs=1M count=%d iflag=direct status=none | md5sum | cut -d' ' -f1", volumeName, dataSpan>>20))
 		eviction := &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: "mysql-0", Namespace: "default"}}
