@@ -250,7 +250,7 @@ test-bench-smoke: ## make bench in miniature (three configurations, a tiny data 
 	BENCH_CONFIGS=flashcache-flush-30s $(BENCH_VM) -run TestOLTP; \
 	BENCH_CONFIGS=flashcache-flush-30s,dm-writecache $(BENCH_VM) -run TestOLTP | tee $$out/resumed.log; \
 	grep -q "runs to measure: 1; runs kept from $$out/results/oltp.json: 1" $$out/resumed.log; \
-	BENCH_DATA_SET=larger-than-cache BENCH_CACHE_DISK_MIB=256 BENCH_CONFIGS=flashcache-congestion-off $(BENCH_VM) -run TestOLTP; \
+	BENCH_DATA_SET=larger-than-cache BENCH_CACHE_DISK_MIB=4096 BENCH_CONFIGS=flashcache-congestion-off $(BENCH_VM) -run TestOLTP; \
 	BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 $(BENCH_SCALE); \
 	$(BENCH_REPORT) -results $$out/results -docs $$out/docs; \
 	grep -q 'flashcache-flush-30s' $$out/docs/benchmarks.md && test -s $$out/docs/benchmarks/tps-dm-writecache.png && \
