@@ -58,7 +58,7 @@ func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
 	switch {
 	case s.DirtySince != nil:
 		m.dirtyAge.WithLabelValues(volume).Set(time.Since(*s.DirtySince).Seconds())
-	case s.DirtyBytes == 0 || s.State == "clean":
+	case !s.Dirty():
 		m.dirtyAge.WithLabelValues(volume).Set(0)
 	default:
 		m.dirtyAge.DeleteLabelValues(volume)

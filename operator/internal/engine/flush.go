@@ -41,6 +41,10 @@ type Status struct {
 	CacheIOErrors int64 `json:"cacheIOErrors"`
 }
 
+// Dirty says whether the cache holds data the backing disk does not: bcache's dirty_data can
+// lag its state file, so both must say so.
+func (s *Status) Dirty() bool { return s.DirtyBytes > 0 && s.State != "clean" }
+
 func statusOf(v Volume, o *Observation) *Status {
 	s := &Status{}
 	if o.BackingReg == nil {

@@ -127,7 +127,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if err != nil || res.Status == nil || res.Status.Device == "" {
 		return res, pr, err
 	}
-	dirty := res.Status.DirtyBytes > 0 && res.Status.State != "clean"
+	dirty := res.Status.Dirty()
 	inWriteback := res.Status.CacheMode == string(fcv1.CacheModeWriteback) && !res.Status.Held
 	stateChanged := st.startPeriodIfNew(v.Spec.EffectiveFlushPeriod(), now)
 	if st.noteClean(dirty, now) {
@@ -203,7 +203,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		}
 	}
 	if res.Status != nil {
-		res.Status.DirtySince = st.dirtySince(res.Status.DirtyBytes > 0 && res.Status.State != "clean")
+		res.Status.DirtySince = st.dirtySince(res.Status.Dirty())
 	}
 	return res, pr, nil
 }
