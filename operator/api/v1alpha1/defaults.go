@@ -30,8 +30,8 @@ func (s *FlashCacheVolumeSpec) EffectiveMode() CacheMode {
 
 // EffectiveOverProvisionPercent is spec.cacheDevice.overProvisionPercent, or its default.
 func (s *FlashCacheVolumeSpec) EffectiveOverProvisionPercent() int32 {
-	if p := s.CacheDevice.OverProvisionPercent; p != nil {
-		return *p
+	if s.CacheDevice != nil && s.CacheDevice.OverProvisionPercent != nil {
+		return *s.CacheDevice.OverProvisionPercent
 	}
 	return DefaultOverProvisionPercent
 }
@@ -95,4 +95,12 @@ func (s *SafetySpec) EffectiveWearCheckInterval() time.Duration {
 		return DefaultWearCheckInterval
 	}
 	return s.WearCheckInterval.Duration
+}
+
+// BackingISCSI is the iSCSI LUN the volume's backing device is, if it is one.
+func (s *FlashCacheVolumeSpec) BackingISCSI() *ISCSISource {
+	if s.BackingDevice == nil {
+		return nil
+	}
+	return s.BackingDevice.ISCSI
 }

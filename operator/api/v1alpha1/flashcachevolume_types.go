@@ -233,8 +233,31 @@ type WipeSpec struct {
 	BackingDevice bool `json:"backingDevice,omitempty"`
 }
 
-// FlashCacheVolumeSpec is the desired flash-cached block device on one node.
-// +kubebuilder:validation:XValidation:rule="!has(self.backingDevice.path) || self.backingDevice.path != self.cacheDevice.path",message="backingDevice.path must not be the cache device",fieldPath=".backingDevice.path"
+// PoolVolumeSource carves a volume from a FlashCachePool: a logical volume of the pool's volume
+// group, cached by the pool's cache set.
+// +kubebuilder:validation:XValidation:rule="self.name == oldSelf.name",message="pool.name is immutable: the volume's data is in that pool"
+// +kubebuilder:validation:XValidation:rule="quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",message="pool.size may grow, never shrink"
+type PoolVolumeSource struct {
+	// name is the FlashCachePool, on the same node (spec.nodeName).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// size is the volume's capacity, rounded up to the volume group's extent (4 MiB). It may grow;
+	// bcache cannot resize a registered backing device, so the agent grows it while the volume is
+	// not in use (no pod on the node has it mounted) and the device's name stays the same.
+	// +required
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger() && quantity(string(self)).compareTo(quantity('64Mi')) >= 0 && quantity(string(self)).compareTo(quantity('1Pi')) <= 0",message="pool.size must be a whole number of bytes from 64Mi to 1Pi"
+	Size resource.Quantity `json:"size"`
+}
+
+// FlashCacheVolumeSpec is the desired flash-cached block device on one node: whole devices
+// (cacheDevice and backingDevice), or a share of a pool (pool).
+// +kubebuilder:validation:XValidation:rule="has(self.pool) ? !has(self.cacheDevice) && !has(self.backingDevice) : has(self.cacheDevice) && has(self.backingDevice)",message="set either pool, or both cacheDevice and backingDevice"
+// +kubebuilder:validation:XValidation:rule="has(self.pool) == has(oldSelf.pool)",message="a volume cannot move between whole devices and a pool"
+// +kubebuilder:validation:XValidation:rule="!has(self.backingDevice) || !has(self.cacheDevice) || !has(self.backingDevice.path) || self.backingDevice.path != self.cacheDevice.path",message="backingDevice.path must not be the cache device",fieldPath=".backingDevice.path"
 type FlashCacheVolumeSpec struct {
 	// nodeName is the node that owns both devices.
 	// +required
@@ -244,13 +267,20 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="nodeName is immutable: the devices belong to that node"
 	NodeName string `json:"nodeName"`
 
-	// cacheDevice is the SSD or NVMe device.
-	// +required
-	CacheDevice CacheDeviceSpec `json:"cacheDevice"`
+	// cacheDevice is the SSD or NVMe device, the whole of it for this volume. Set with
+	// backingDevice, or set pool instead.
+	// +optional
+	CacheDevice *CacheDeviceSpec `json:"cacheDevice,omitempty"`
 
-	// backingDevice is the slower device that holds the data.
-	// +required
-	BackingDevice BackingDeviceSpec `json:"backingDevice"`
+	// backingDevice is the slower device that holds the data. Set with cacheDevice, or set pool
+	// instead.
+	// +optional
+	BackingDevice *BackingDeviceSpec `json:"backingDevice,omitempty"`
+
+	// pool carves the volume from a FlashCachePool on the same node, sharing its SSD with the
+	// pool's other volumes, instead of whole devices.
+	// +optional
+	Pool *PoolVolumeSource `json:"pool,omitempty"`
 
 	// mode is bcache's cache mode. Writeback is enabled only after the safety checks pass
 	// (or policy is Warn); drains hold the volume in writethrough while they flush.

@@ -52,7 +52,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintf(os.Stderr, "kubectl apply -f crds/ did not create the CRD: %v\n%s", err, out)
 			return 1
 		}
-		if out, err := kubectl.Run("wait", "--for=condition=Established", "--timeout=60s", "crd/flashcachevolumes.flashcache.io"); err != nil {
+		if out, err := kubectl.Run("wait", "--for=condition=Established", "--timeout=60s", "crd/flashcachevolumes.flashcache.io", "crd/flashcachepools.flashcache.io"); err != nil {
 			fmt.Fprintf(os.Stderr, "CRD not established: %v\n%s", err, out)
 			return 1
 		}

@@ -135,7 +135,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonBusy, err.Error())
 			return ctrl.Result{RequeueAfter: retryBusy}, r.applyStatus(ctx, &fcv, st, false)
 		}
-		return ctrl.Result{}, err
+		return r.failed(ctx, &fcv, st, "lock", err)
 	}
 	defer unlock()
 
@@ -277,7 +277,7 @@ func (r *Reconciler) flush(ctx context.Context, fcv *fcv1.FlashCacheVolume, v en
 
 // chap reads the credentials of the volume's iSCSI CHAP Secret, if it names one.
 func (r *Reconciler) chap(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*blockdev.CHAP, error) {
-	src := fcv.Spec.BackingDevice.ISCSI
+	src := fcv.Spec.BackingISCSI()
 	if src == nil || src.CHAPSecretRef == nil {
 		return nil, nil
 	}
@@ -331,15 +331,19 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 		ready == nil || ready.Reason != fcv1.ReasonWaitingForTeardown {
 		return ctrl.Result{}, nil
 	}
+	st := newReport(fcv, r.now())
 	unlock, err := engine.Lock(ctx, v, lockWait)
-	if err != nil {
-		if errors.Is(err, engine.ErrBusy) {
-			return ctrl.Result{RequeueAfter: retryBusy}, nil
-		}
+	var refusal *engine.Refusal
+	switch {
+	case errors.Is(err, engine.ErrBusy):
+		return ctrl.Result{RequeueAfter: retryBusy}, nil
+	case errors.As(err, &refusal) && refusal.Reason == fcv1.ReasonPoolVolumesUnsupported:
+		// Never built, so nothing to tear down.
+		return r.tornDown(ctx, fcv, st)
+	case err != nil:
 		return ctrl.Result{}, err
 	}
 	defer unlock()
-	st := newReport(fcv, r.now())
 	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil {
 		// A volume whose device was never built (its disk was never there) has nothing to tear
 		// down. One that was built and lost a disk stays: its data may be on the missing disk,
@@ -350,6 +354,11 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 	}
 	logf.FromContext(ctx).Info("tore the device down")
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
+	return r.tornDown(ctx, fcv, st)
+}
+
+// tornDown reports a volume with no device left, which lets the operator finish its deletion.
+func (r *Reconciler) tornDown(ctx context.Context, fcv *fcv1.FlashCacheVolume, st *report) (ctrl.Result, error) {
 	r.Metrics.Forget(fcv.Name)
 	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonTornDown, "the device was flushed and removed")
 	st.device, st.dirty, st.dirtySince, st.failure = nil, nil, nil, nil

@@ -24,6 +24,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.DeviceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FailureStatus"):
 		return &apiv1alpha1.FailureStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FlashCachePool"):
+		return &apiv1alpha1.FlashCachePoolApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FlashCachePoolSpec"):
+		return &apiv1alpha1.FlashCachePoolSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FlashCachePoolStatus"):
+		return &apiv1alpha1.FlashCachePoolStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FlashCacheVolume"):
 		return &apiv1alpha1.FlashCacheVolumeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FlashCacheVolumeSpec"):
@@ -32,6 +38,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &apiv1alpha1.FlashCacheVolumeStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("ISCSISource"):
 		return &apiv1alpha1.ISCSISourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolBackingDevice"):
+		return &apiv1alpha1.PoolBackingDeviceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolVolumeSource"):
+		return &apiv1alpha1.PoolVolumeSourceApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("PoolWipeSpec"):
+		return &apiv1alpha1.PoolWipeSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SafetyDeviceStatus"):
 		return &apiv1alpha1.SafetyDeviceStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("SafetySpec"):

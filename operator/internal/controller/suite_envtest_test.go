@@ -134,8 +134,8 @@ func createVolume(t *testing.T, name, node string, mutate ...func(*fcv1.FlashCac
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: fcv1.FlashCacheVolumeSpec{
 			NodeName:      node,
-			CacheDevice:   fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_" + name},
-			BackingDevice: fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_" + name},
+			CacheDevice:   &fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_" + name},
+			BackingDevice: &fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/scsi-0QEMU_QEMU_HARDDISK_" + name},
 		},
 	}
 	for _, m := range mutate {

@@ -63,7 +63,7 @@ type Result struct {
 // runs in writethrough.
 func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
 	res := &Result{Steps: []Step{}}
-	if v.Spec.BackingDevice.ISCSI != nil {
+	if v.Spec.BackingISCSI() != nil {
 		if err := e.connectISCSI(ctx, v, res); err != nil {
 			return res, err
 		}
@@ -158,7 +158,7 @@ func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Resu
 // PlanOnly observes and plans without changing anything: `flashcache node plan`.
 func (e *Engine) PlanOnly(ctx context.Context, v Volume, want Desired) ([]Step, error) {
 	want = e.desired(v, want)
-	if t := v.Spec.BackingDevice.ISCSI; t != nil {
+	if t := v.Spec.BackingISCSI(); t != nil {
 		// Until the login there is no LUN to look at: the login is the whole plan.
 		if s, err := blockdev.FindISCSISession(ctx, v.iscsiTarget()); err == nil && s == nil {
 			return []Step{{Kind: StepISCSILogin, Device: t.IQN + " at " + t.Portal}}, nil

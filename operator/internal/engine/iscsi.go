@@ -34,7 +34,7 @@ func sessionLost(t blockdev.ISCSITarget, s *blockdev.ISCSISession) *SessionLostE
 
 // iscsiTarget is the spec's LUN, with the credentials the front end resolved.
 func (v Volume) iscsiTarget() blockdev.ISCSITarget {
-	s := v.Spec.BackingDevice.ISCSI
+	s := v.Spec.BackingISCSI()
 	return blockdev.ISCSITarget{
 		Portals:       append([]string{s.Portal}, s.AdditionalPortals...),
 		IQN:           s.IQN,
@@ -247,6 +247,6 @@ func inUse(name string) (bool, string) {
 
 // iscsiLockKey is what Lock takes for an iSCSI LUN, which has no device path before the login.
 func iscsiLockKey(v Volume) string {
-	s := v.Spec.BackingDevice.ISCSI
+	s := v.Spec.BackingISCSI()
 	return "iscsi:" + s.IQN + ":lun-" + strconv.Itoa(int(s.LUN))
 }

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 )
 
 // LockDir holds one lock file per device path. flock works across processes (the agent, a
@@ -29,11 +31,16 @@ type Unlock func()
 // run, so that two runs never act on the same disks at once, even for two volumes that name the
 // same disk by mistake. It waits up to wait, then returns ErrBusy.
 func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
+	if v.Spec.Pool != nil {
+		// Every engine run starts here, so a carved volume is refused before any device is read.
+		return nil, &Refusal{Reason: fcv1.ReasonPoolVolumesUnsupported, Field: "pool",
+			Message: fmt.Sprintf("volume %s is carved from pool %s: this version builds volumes on whole devices only (cacheDevice and backingDevice), not yet from pools", v.Name, v.Spec.Pool.Name)}
+	}
 	paths := []string{v.Spec.CacheDevice.Path}
 	if p := v.Spec.BackingDevice.Path; p != "" {
 		paths = append(paths, p)
 	}
-	if v.Spec.BackingDevice.ISCSI != nil {
+	if v.Spec.BackingISCSI() != nil {
 		paths = append(paths, iscsiLockKey(v))
 	}
 	for i, p := range paths {

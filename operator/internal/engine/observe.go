@@ -197,7 +197,7 @@ func (e *Engine) observeBacking(ctx context.Context, v Volume, o *Observation) e
 
 // backingDevice resolves the backing device: a local path, or the LUN of a logged-in session.
 func (e *Engine) backingDevice(ctx context.Context, v Volume) (blockdev.Device, error) {
-	if v.Spec.BackingDevice.ISCSI != nil {
+	if v.Spec.BackingISCSI() != nil {
 		return e.iscsiBacking(ctx, v)
 	}
 	d, err := blockdev.Inspect(v.Spec.BackingDevice.Path)

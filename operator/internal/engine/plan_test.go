@@ -18,8 +18,8 @@ func testVolume() Volume {
 	cutoff := resource.MustParse("4Mi")
 	return Volume{Name: "mysql", Spec: fcv1.FlashCacheVolumeSpec{
 		NodeName:              "n1",
-		CacheDevice:           fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-ssd", OverProvisionPercent: &op},
-		BackingDevice:         fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/scsi-hdd"},
+		CacheDevice:           &fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-ssd", OverProvisionPercent: &op},
+		BackingDevice:         &fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/scsi-hdd"},
 		Mode:                  fcv1.CacheModeWriteback,
 		DirtyThresholdPercent: &pct,
 		SequentialCutoff:      &cutoff,

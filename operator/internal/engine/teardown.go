@@ -24,7 +24,7 @@ type TeardownResult struct {
 // signatures and the cache partition table we wrote. Devices that are not ours are refused.
 func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Duration) (*TeardownResult, error) {
 	res := &TeardownResult{Steps: []string{}}
-	if v.Spec.BackingDevice.ISCSI != nil {
+	if v.Spec.BackingISCSI() != nil {
 		// Our superblock is on the LUN: log in to erase it, even after a boot that did not.
 		connected := &Result{}
 		err := e.connectISCSI(ctx, v, connected)
@@ -143,7 +143,7 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	if err := e.forgetCheck(v); err != nil {
 		return res, err
 	}
-	if v.Spec.BackingDevice.ISCSI != nil {
+	if v.Spec.BackingISCSI() != nil {
 		step, err := e.disconnectISCSI(ctx, v)
 		if err != nil {
 			return res, err

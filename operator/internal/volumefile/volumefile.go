@@ -232,7 +232,7 @@ func CHAPFromSecret(s *corev1.Secret) (*blockdev.CHAP, error) {
 }
 
 func chapSecretRef(v engine.Volume) *corev1.SecretReference {
-	if s := v.Spec.BackingDevice.ISCSI; s != nil {
+	if s := v.Spec.BackingISCSI(); s != nil {
 		return s.CHAPSecretRef
 	}
 	return nil

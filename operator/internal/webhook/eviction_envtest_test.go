@@ -128,8 +128,8 @@ func fixture(t *testing.T, mode fcv1.CacheMode, status fcv1.FlashCacheVolumeStat
 	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
 	fcv := &fcv1.FlashCacheVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
 		Spec: fcv1.FlashCacheVolumeSpec{NodeName: "node-1", Mode: mode,
-			CacheDevice:   fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-" + name},
-			BackingDevice: fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/hdd-" + name}}}
+			CacheDevice:   &fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-" + name},
+			BackingDevice: &fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/hdd-" + name}}}
 	must(k8s.Create(ctx, fcv))
 	fcv.Status = status
 	must(k8s.Status().Update(ctx, fcv))

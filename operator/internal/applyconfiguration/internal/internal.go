@@ -95,6 +95,83 @@ var schemaYAML = typed.YAMLObject(`types:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.FileSystemType
   scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCachePool
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+    - name: spec
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCachePoolSpec
+    - name: status
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCachePoolStatus
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCachePoolSpec
+  map:
+    fields:
+    - name: backingDevices
+      type:
+        list:
+          elementType:
+            namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolBackingDevice
+          elementRelationship: associative
+          keys:
+          - path
+    - name: cacheDevice
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec
+    - name: nodeName
+      type:
+        scalar: string
+    - name: replacementPolicy
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.ReplacementPolicy
+      default: lru
+    - name: wipe
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolWipeSpec
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCachePoolStatus
+  map:
+    fields:
+    - name: allocatable
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: cacheCapacity
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: cacheSetUUID
+      type:
+        scalar: string
+    - name: capacity
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: phase
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolPhase
+    - name: volumeGroup
+      type:
+        scalar: string
+    - name: volumes
+      type:
+        scalar: numeric
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlashCacheVolume
   map:
     fields:
@@ -145,6 +222,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: nodeName
       type:
         scalar: string
+    - name: pool
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolVolumeSource
     - name: replacementPolicy
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.ReplacementPolicy
@@ -229,6 +309,32 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: portal
       type:
         scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolBackingDevice
+  map:
+    fields:
+    - name: path
+      type:
+        scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolPhase
+  scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolVolumeSource
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+    - name: size
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.PoolWipeSpec
+  map:
+    fields:
+    - name: backingDevices
+      type:
+        scalar: boolean
+    - name: cacheDevice
+      type:
+        scalar: boolean
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.ReplacementPolicy
   scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyDeviceStatus

@@ -234,8 +234,8 @@ func measureVolumes(t *testing.T, ctx context.Context, cfg benchConfig, c *clust
 			ObjectMeta: metav1.ObjectMeta{Name: names[i]},
 			Spec: fcv1.FlashCacheVolumeSpec{
 				NodeName:      node,
-				CacheDevice:   fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-sim-" + names[i]},
-				BackingDevice: fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/ata-sim-" + names[i]},
+				CacheDevice:   &fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-sim-" + names[i]},
+				BackingDevice: &fcv1.BackingDeviceSpec{Path: "/dev/disk/by-id/ata-sim-" + names[i]},
 			},
 		}
 		if err := k8s.Create(ctx, fcv); err != nil {

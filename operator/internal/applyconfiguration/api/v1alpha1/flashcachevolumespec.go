@@ -11,14 +11,20 @@ import (
 // FlashCacheVolumeSpecApplyConfiguration represents a declarative configuration of the FlashCacheVolumeSpec type for use
 // with apply.
 //
-// FlashCacheVolumeSpec is the desired flash-cached block device on one node.
+// FlashCacheVolumeSpec is the desired flash-cached block device on one node: whole devices
+// (cacheDevice and backingDevice), or a share of a pool (pool).
 type FlashCacheVolumeSpecApplyConfiguration struct {
 	// nodeName is the node that owns both devices.
 	NodeName *string `json:"nodeName,omitempty"`
-	// cacheDevice is the SSD or NVMe device.
+	// cacheDevice is the SSD or NVMe device, the whole of it for this volume. Set with
+	// backingDevice, or set pool instead.
 	CacheDevice *CacheDeviceSpecApplyConfiguration `json:"cacheDevice,omitempty"`
-	// backingDevice is the slower device that holds the data.
+	// backingDevice is the slower device that holds the data. Set with cacheDevice, or set pool
+	// instead.
 	BackingDevice *BackingDeviceSpecApplyConfiguration `json:"backingDevice,omitempty"`
+	// pool carves the volume from a FlashCachePool on the same node, sharing its SSD with the
+	// pool's other volumes, instead of whole devices.
+	Pool *PoolVolumeSourceApplyConfiguration `json:"pool,omitempty"`
 	// mode is bcache's cache mode. Writeback is enabled only after the safety checks pass
 	// (or policy is Warn); drains hold the volume in writethrough while they flush.
 	Mode *apiv1alpha1.CacheMode `json:"mode,omitempty"`
@@ -81,6 +87,14 @@ func (b *FlashCacheVolumeSpecApplyConfiguration) WithCacheDevice(value *CacheDev
 // If called multiple times, the BackingDevice field is set to the value of the last call.
 func (b *FlashCacheVolumeSpecApplyConfiguration) WithBackingDevice(value *BackingDeviceSpecApplyConfiguration) *FlashCacheVolumeSpecApplyConfiguration {
 	b.BackingDevice = value
+	return b
+}
+
+// WithPool sets the Pool field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Pool field is set to the value of the last call.
+func (b *FlashCacheVolumeSpecApplyConfiguration) WithPool(value *PoolVolumeSourceApplyConfiguration) *FlashCacheVolumeSpecApplyConfiguration {
+	b.Pool = value
 	return b
 }
 
