@@ -39,6 +39,17 @@ var Tools = []Tool{
 	{Name: "nvme", Debian: "nvme-cli", RHEL: "nvme-cli", Why: "reads an NVMe cache's volatile write cache setting"},
 	{Name: "sdparm", Debian: "sdparm", RHEL: "sdparm", Why: "reads a SCSI disk's write cache setting"},
 	{Name: "hdparm", Debian: "hdparm", RHEL: "hdparm", Why: "reads an ATA disk's write cache setting"},
+	{Name: "pvcreate", Debian: "lvm2", RHEL: "lvm2", Why: "labels a pool's slow disks as LVM physical volumes"},
+	{Name: "vgcreate", Debian: "lvm2", RHEL: "lvm2", Why: "makes a pool's volume group of its slow disks"},
+	{Name: "vgextend", Debian: "lvm2", RHEL: "lvm2", Why: "adds a slow disk to a pool's volume group"},
+	{Name: "lvcreate", Debian: "lvm2", RHEL: "lvm2", Why: "carves a volume's backing device from its pool"},
+	{Name: "lvextend", Debian: "lvm2", RHEL: "lvm2", Why: "grows a carved volume's backing device"},
+	{Name: "lvremove", Debian: "lvm2", RHEL: "lvm2", Why: "removes a carved volume's backing device at teardown"},
+	{Name: "vgremove", Debian: "lvm2", RHEL: "lvm2", Why: "removes a pool's volume group at the pool's teardown"},
+	{Name: "pvremove", Debian: "lvm2", RHEL: "lvm2", Why: "erases the LVM labels of a pool's slow disks at the pool's teardown"},
+	{Name: "pvs", Debian: "lvm2", RHEL: "lvm2", Why: "reads which volume group a slow disk belongs to"},
+	{Name: "vgs", Debian: "lvm2", RHEL: "lvm2", Why: "reads a pool's capacity"},
+	{Name: "lvs", Debian: "lvm2", RHEL: "lvm2", Why: "reads a pool's carved volumes"},
 	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "discovers, logs in to and out of the iSCSI target of a backing device"},
 }
 
