@@ -104,3 +104,19 @@ func (s *FlashCacheVolumeSpec) BackingISCSI() *ISCSISource {
 	}
 	return s.BackingDevice.ISCSI
 }
+
+// EffectiveReplacementPolicy is spec.replacementPolicy, or its default.
+func (s *FlashCachePoolSpec) EffectiveReplacementPolicy() ReplacementPolicy {
+	if s.ReplacementPolicy == "" {
+		return DefaultReplacementPolicy
+	}
+	return s.ReplacementPolicy
+}
+
+// EffectiveOverProvisionPercent is spec.cacheDevice.overProvisionPercent, or its default.
+func (s *FlashCachePoolSpec) EffectiveOverProvisionPercent() int32 {
+	if s.CacheDevice.OverProvisionPercent != nil {
+		return *s.CacheDevice.OverProvisionPercent
+	}
+	return DefaultOverProvisionPercent
+}

@@ -174,37 +174,18 @@ func (e *Engine) PlanOnly(ctx context.Context, v Volume, want Desired) ([]Step, 
 func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) error {
 	switch s.Kind {
 	case StepWipeCache:
-		return e.wipeAll(ctx, o.Cache)
+		return e.executeCacheStep(ctx, &o.CacheSide, s)
 	case StepWipeBacking:
 		return e.wipeAll(ctx, o.Backing)
-	case StepPartitionCache:
-		if s.Discard {
-			if err := e.Run.Discard(ctx, o.Cache.DevPath, discardTimeout); err != nil {
-				return err
-			}
-		}
-		if err := e.Run.ZapPartitionTable(ctx, o.Cache.DevPath); err != nil {
-			return err
-		}
-		if err := e.Run.CreatePartition(ctx, o.Cache.DevPath, s.Start, s.End, s.Label); err != nil {
-			return err
-		}
-		return e.waitForPartition(ctx, o.Cache)
-	case StepRereadTable:
-		if err := e.Run.RereadPartitionTable(ctx, o.Cache.DevPath); err != nil {
-			return err
-		}
-		return e.waitForPartition(ctx, o.Cache)
+	case StepPartitionCache, StepRereadTable:
+		return e.executeCacheStep(ctx, &o.CacheSide, s)
 	case StepMakeBcache, StepMakeCache, StepMakeBacking:
 		m := blockdev.MakeBcache{CacheSetUUID: s.Value}
 		if s.Kind != StepMakeBacking {
 			if o.CachePart == nil {
 				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 			}
-			m.CacheDevPath, m.ReplacementPolicy = o.CachePart.DevPath, string(v.Spec.EffectiveReplacementPolicy())
-			if m.ReplacementPolicy == string(fcv1.ReplacementPolicyRandom) { // make-bcache knows lru and fifo; sysfs sets random
-				m.ReplacementPolicy = string(fcv1.ReplacementPolicyLRU)
-			}
+			m.CacheDevPath, m.ReplacementPolicy = o.CachePart.DevPath, makeBcachePolicy(v.Spec.EffectiveReplacementPolicy())
 		}
 		if s.Kind != StepMakeCache {
 			// Data from 2 MiB: the gap after the superblock is the durability probe's scratch.
@@ -212,16 +193,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		}
 		return e.Run.MakeBcache(ctx, m)
 	case StepRegisterCache:
-		if o.CachePart == nil {
-			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
-		}
-		if err := blockdev.Register(o.CachePart.DevPath); err != nil {
-			return err
-		}
-		return e.waitUntil(ctx, "the kernel to register "+o.CachePart.DevPath, func() (bool, error) {
-			reg, err := blockdev.RegisteredCache(o.CachePart.Name)
-			return reg != nil, err
-		})
+		return e.executeCacheStep(ctx, &o.CacheSide, s)
 	case StepDetachLostCache:
 		return e.executeWithoutCache(ctx, v, o, s)
 	case StepRegisterBacking:
@@ -257,10 +229,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		}
 		return e.setAndVerify(o.BackingReg.Sysfs, s)
 	case StepSetCacheTunable:
-		if o.CachePart == nil {
-			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
-		}
-		return e.setAndVerify(cacheKnobDir(o.CachePart.Name), s)
+		return e.executeCacheStep(ctx, &o.CacheSide, s)
 	case StepWriteThrough:
 		return disableWriteCache(o.Backing)
 	case StepLinkStablePath:
@@ -270,6 +239,49 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		return linkAtomically("/dev/"+o.BackingReg.Device, v.StablePath())
 	}
 	return fmt.Errorf("unknown step %q", s.Kind)
+}
+
+// executeCacheStep runs the steps that concern the cache device alone, for a volume on whole
+// devices and for a pool alike.
+func (e *Engine) executeCacheStep(ctx context.Context, o *CacheSide, s Step) error {
+	switch s.Kind {
+	case StepWipeCache:
+		return e.wipeAll(ctx, o.Cache)
+	case StepPartitionCache:
+		if s.Discard {
+			if err := e.Run.Discard(ctx, o.Cache.DevPath, discardTimeout); err != nil {
+				return err
+			}
+		}
+		if err := e.Run.ZapPartitionTable(ctx, o.Cache.DevPath); err != nil {
+			return err
+		}
+		if err := e.Run.CreatePartition(ctx, o.Cache.DevPath, s.Start, s.End, s.Label); err != nil {
+			return err
+		}
+		return e.waitForPartition(ctx, o.Cache)
+	case StepRereadTable:
+		if err := e.Run.RereadPartitionTable(ctx, o.Cache.DevPath); err != nil {
+			return err
+		}
+		return e.waitForPartition(ctx, o.Cache)
+	}
+	if o.CachePart == nil {
+		return fmt.Errorf("no partition on %s", o.Cache.DevPath)
+	}
+	switch s.Kind {
+	case StepRegisterCache:
+		if err := blockdev.Register(o.CachePart.DevPath); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, "the kernel to register "+o.CachePart.DevPath, func() (bool, error) {
+			reg, err := blockdev.RegisteredCache(o.CachePart.Name)
+			return reg != nil, err
+		})
+	case StepSetCacheTunable:
+		return e.setAndVerify(cacheKnobDir(o.CachePart.Name), s)
+	}
+	return fmt.Errorf("%s is not a step of the cache device", s.Kind)
 }
 
 // setAndVerify writes a tunable and reads it back: the kernel clamps some values silently.
@@ -396,4 +408,13 @@ func disableWriteCache(d blockdev.Device) error {
 		return fmt.Errorf("%s still reports %q after turning its write cache off", d.DevPath, got)
 	}
 	return nil
+}
+
+// makeBcachePolicy is the replacement policy to format a cache with: make-bcache knows lru and
+// fifo only, and a tunable step sets random through sysfs afterwards.
+func makeBcachePolicy(p fcv1.ReplacementPolicy) string {
+	if p == fcv1.ReplacementPolicyRandom {
+		return string(fcv1.ReplacementPolicyLRU)
+	}
+	return string(p)
 }

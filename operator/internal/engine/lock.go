@@ -43,6 +43,20 @@ func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
 	if v.Spec.BackingISCSI() != nil {
 		paths = append(paths, iscsiLockKey(v))
 	}
+	return lockPaths(ctx, paths, wait)
+}
+
+// LockPool takes a pool's devices for one engine run, as Lock does a volume's.
+func LockPool(ctx context.Context, p Pool, wait time.Duration) (Unlock, error) {
+	paths := []string{p.Spec.CacheDevice.Path}
+	for _, d := range p.Spec.BackingDevices {
+		paths = append(paths, d.Path)
+	}
+	return lockPaths(ctx, paths, wait)
+}
+
+// lockPaths takes every path's lock, or none.
+func lockPaths(ctx context.Context, paths []string, wait time.Duration) (Unlock, error) {
 	for i, p := range paths {
 		// One disk may go by several names; the resolved one is what must be exclusive.
 		if real, err := filepath.EvalSymlinks(p); err == nil {

@@ -10,10 +10,9 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
-// Observation is the host state that matters to one volume, read fresh before every step.
-type Observation struct {
-	RootDisks []string
-
+// CacheSide is what the kernel and the disk say about a cache device: the SSD, its first
+// partition and the cache set on it. A volume on whole devices and a pool observe it alike.
+type CacheSide struct {
 	Cache       blockdev.Device
 	CacheSigs   []blockdev.Signature
 	CacheMounts []string
@@ -26,6 +25,18 @@ type Observation struct {
 	OnDiskPartName string
 	CacheSB        *blockdev.SuperBlock
 	CacheReg       *blockdev.CacheRegistration
+	// CacheKnobs are the cache device's tunables (replacement policy).
+	CacheKnobs map[string]string
+	// CacheUnusedPercent is the share of the registered cache device that holds no data; -1
+	// when it is not registered or bcache did not say.
+	CacheUnusedPercent int
+}
+
+// Observation is the host state that matters to one volume, read fresh before every step.
+type Observation struct {
+	RootDisks []string
+
+	CacheSide
 
 	Backing       blockdev.Device
 	BackingSigs   []blockdev.Signature
@@ -38,11 +49,6 @@ type Observation struct {
 	AttachedCacheAlive bool
 	// Knobs are the bcache device's tunables as the kernel reports them, when it runs.
 	Knobs map[string]string
-	// CacheKnobs are the cache device's tunables (replacement policy).
-	CacheKnobs map[string]string
-	// CacheUnusedPercent is the share of the registered cache device that holds no data; -1
-	// when it is not registered or bcache did not say.
-	CacheUnusedPercent int
 	// StableTarget is where the volume's stable link points now ("" when it does not exist).
 	StableTarget string
 }
@@ -83,7 +89,7 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 }
 
 func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
-	o := &Observation{CacheUnusedPercent: -1}
+	o := &Observation{CacheSide: CacheSide{CacheUnusedPercent: -1}}
 	var err error
 	if o.RootDisks, err = blockdev.RootDisks(); err != nil {
 		return nil, err
@@ -105,43 +111,54 @@ func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
 	if o.Backing.Offline() {
 		return nil, e.backingOffline(v, o)
 	}
-	if o.CacheMounts, err = blockdev.MountedAt(o.Cache); err != nil {
-		return nil, err
-	}
-
-	if o.CacheSigs, err = e.Run.Signatures(ctx, o.Cache.DevPath); err != nil {
+	if err := e.observeCacheSide(ctx, &o.CacheSide); err != nil {
 		return nil, err
 	}
 	if o.BackingSigs, err = e.Run.Signatures(ctx, o.Backing.DevPath); err != nil {
 		return nil, err
 	}
+	if err := e.observeBacking(ctx, v, o); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
 
+// observeCacheSide reads the signatures, partition, superblock, registration and tunables of a
+// cache device that o.Cache has already found.
+func (e *Engine) observeCacheSide(ctx context.Context, o *CacheSide) error {
+	var err error
+	if o.CacheMounts, err = blockdev.MountedAt(o.Cache); err != nil {
+		return err
+	}
+	if o.CacheSigs, err = e.Run.Signatures(ctx, o.Cache.DevPath); err != nil {
+		return err
+	}
 	if hasType(o.CacheSigs, "gpt") {
 		// From the table on the disk: the kernel's copy lacks the name when it learnt of the
 		// partition through partx, and lacks the partition when a run died before telling it.
 		if o.OnDiskPartName, err = e.Run.FirstPartitionName(ctx, o.Cache.DevPath); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(o.Cache.Partitions) > 0 {
 		part, err := blockdev.InspectName(o.Cache.Partitions[0])
 		if err != nil {
-			return nil, err
+			return err
 		}
 		o.CachePart = &part
 		o.CachePartName = o.OnDiskPartName
 		if o.CachePartSigs, err = e.Run.Signatures(ctx, part.DevPath); err != nil {
-			return nil, err
+			return err
 		}
 		if hasType(o.CachePartSigs, "bcache") {
 			sb, err := e.Run.SuperShow(ctx, part.DevPath)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			o.CacheSB = &sb
 		}
 		if o.CacheReg, err = blockdev.RegisteredCache(part.Name); err != nil {
-			return nil, err
+			return err
 		}
 		if o.CacheReg != nil {
 			o.CacheKnobs = map[string]string{}
@@ -158,11 +175,7 @@ func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
 			}
 		}
 	}
-
-	if err := e.observeBacking(ctx, v, o); err != nil {
-		return nil, err
-	}
-	return o, nil
+	return nil
 }
 
 // observeBacking fills in the backing device's superblock, registration, mounts and tunables;

@@ -263,7 +263,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
 		}
 	}
-	for _, t := range cacheTunables(v) {
+	for _, t := range cacheTunables(v.Spec.EffectiveReplacementPolicy()) {
 		if have := o.CacheKnobs[t.name]; !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
 		}
@@ -425,10 +425,11 @@ const (
 	cacheIOErrorLimit   = "8"
 )
 
-// cacheTunables are the cache device's and its cache set's knobs as the volume wants them.
-func cacheTunables(v Volume) []tunable {
+// cacheTunables are the cache device's and its cache set's knobs, with the replacement policy
+// the volume or the pool wants.
+func cacheTunables(policy fcv1.ReplacementPolicy) []tunable {
 	return []tunable{
-		{"cache_replacement_policy", string(v.Spec.EffectiveReplacementPolicy()), choice(string(v.Spec.EffectiveReplacementPolicy()))},
+		{"cache_replacement_policy", string(policy), choice(string(policy))},
 		// A failed cache set is unregistered, never a kernel panic: one volume's SSD must not take
 		// the node and its other volumes down.
 		{"set/errors", "unregister", choice("unregister")},

@@ -30,10 +30,10 @@ func testVolume() Volume {
 // blankDisks is a host with an empty 4 GiB NVMe and an empty 8 GiB HDD, root on vda.
 func blankDisks() *Observation {
 	return &Observation{
-		CacheUnusedPercent: -1,
-		RootDisks:          []string{"vda"},
-		Cache:              blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30},
-		Backing:            blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true},
+		RootDisks: []string{"vda"},
+		CacheSide: CacheSide{CacheUnusedPercent: -1,
+			Cache: blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30}},
+		Backing: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true},
 	}
 }
 

@@ -123,10 +123,7 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
 	}
 	if cacheOurs {
-		if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeSignatures(ctx, o.CachePart.DevPath, false) }); err != nil {
-			return res, err
-		}
-		if err := e.whenReleased(ctx, "sgdisk", func() error { return e.Run.ZapPartitionTable(ctx, o.Cache.DevPath) }); err != nil {
+		if err := e.eraseCachePartition(ctx, &o.CacheSide); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)

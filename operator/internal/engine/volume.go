@@ -38,16 +38,18 @@ const bcacheLabelMax = 32
 // Label marks the devices as this volume's: it is the bcache label of the backing device and the
 // GPT name of the cache partition. A restart or reboot finds the label and adopts the devices
 // instead of building them again; a device with another label is never taken without consent.
-func (v Volume) Label() string {
-	// No ':' in it: sgdisk ends a partition name at the first colon.
-	const prefix = "fc-"
-	if len(prefix)+len(v.Name) <= bcacheLabelMax {
-		return prefix + v.Name
+func (v Volume) Label() string { return label("fc-", v.Name) }
+
+// label is prefix and name, cut to fit a bcache label with a hash of the whole name when it is
+// too long. No ':' in it: sgdisk ends a partition name at the first colon.
+func label(prefix, name string) string {
+	if len(prefix)+len(name) <= bcacheLabelMax {
+		return prefix + name
 	}
-	sum := sha256.Sum256([]byte(v.Name))
+	sum := sha256.Sum256([]byte(name))
 	hash := hex.EncodeToString(sum[:])[:8]
 	keep := bcacheLabelMax - len(prefix) - 1 - len(hash)
-	return prefix + v.Name[:keep] + "-" + hash
+	return prefix + name[:keep] + "-" + hash
 }
 
 // StablePath is the path of the bcache device that survives bcacheN renumbering across boots: a

@@ -1,0 +1,191 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+func testPool() Pool {
+	return Pool{Name: "worker-1", Spec: fcv1.FlashCachePoolSpec{
+		NodeName:    "n1",
+		CacheDevice: fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-ssd"},
+		BackingDevices: []fcv1.PoolBackingDevice{
+			{Path: "/dev/disk/by-id/scsi-hdd1"}, {Path: "/dev/disk/by-id/scsi-hdd2"},
+		},
+	}}
+}
+
+// blankPoolDisks is a host with an empty 4 GiB NVMe and two empty 8 GiB HDDs, root on vda.
+func blankPoolDisks() *PoolObservation {
+	return &PoolObservation{
+		RootDisks: []string{"vda"},
+		CacheSide: CacheSide{CacheUnusedPercent: -1,
+			Cache: blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30}},
+		Backing: []PoolDisk{
+			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd1", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true}},
+			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd2", DevPath: "/dev/sdb", Name: "sdb", SizeBytes: 8 * gib, Rotational: true}},
+		},
+	}
+}
+
+// builtPool is the same host once the pool is built, with one volume carved from it.
+func builtPool(p Pool) *PoolObservation {
+	o := blankPoolDisks()
+	o.Cache.Partitions = []string{"nvme0n1p1"}
+	o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1", SizeBytes: 3276 << 20, Holders: []string{"bcache0"}}
+	o.CachePartName, o.OnDiskPartName = p.Label(), p.Label()
+	o.CacheSigs = []blockdev.Signature{{Type: "gpt", Usage: "partition table"}}
+	o.CachePartSigs = []blockdev.Signature{{Type: "bcache"}}
+	o.CacheSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "3 [cache device]", "cset.uuid": "set-1", "dev.uuid": "c-1"}}
+	o.CacheReg = &blockdev.CacheRegistration{SetUUID: "set-1"}
+	o.CacheKnobs = map[string]string{"cache_replacement_policy": "[lru] fifo random", "set/errors": "[unregister] panic", "set/io_error_limit": "8"}
+	for i := range o.Backing {
+		d := &o.Backing[i]
+		d.Sigs = []blockdev.Signature{{Type: "LVM2_member", Usage: "raid"}}
+		d.PV = &blockdev.PhysicalVolume{Path: d.Device.DevPath, VG: p.VolumeGroup(), SizeBytes: 8 * gib}
+	}
+	o.Backing[0].Device.Holders = []string{"dm-0"}
+	o.VG = &blockdev.VolumeGroup{Name: p.VolumeGroup(), SizeBytes: 16*gib - 8<<20, FreeBytes: 15*gib - 8<<20, ExtentBytes: 4 << 20, PVCount: 2, LVCount: 1, Tags: p.Tag()}
+	o.LVs = []blockdev.LogicalVolume{{Name: "fc-mysql-0", VG: p.VolumeGroup(), Path: "/dev/" + p.VolumeGroup() + "/fc-mysql-0", SizeBytes: gib, Active: true}}
+	return o
+}
+
+func TestPoolFromBlankDisks(t *testing.T) {
+	p := testPool()
+	steps, err := PlanPool(p, blankPoolDisks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "partition-cache-device make-bcache-cache register-cache set-cache-tunable:cache_replacement_policy set-cache-tunable:set/errors set-cache-tunable:set/io_error_limit create-physical-volume create-physical-volume create-volume-group"
+	if got := kinds(steps); got != want {
+		t.Fatalf("steps = %s\nwant %s", got, want)
+	}
+	part := steps[0]
+	if !part.Discard || part.Label != "fcp-worker-1" || part.Start != 2048 {
+		t.Errorf("partition step = %+v: want the whole SSD discarded, partition 1 from 1 MiB named fcp-worker-1", part)
+	}
+	// 20% of the SSD left as spare area by default.
+	if size := (part.End - part.Start + 1) * sectorSize; size > 4*gib*80/100 || size < 4*gib*79/100 {
+		t.Errorf("cache partition of %d MiB on a 4096 MiB SSD, want about 80%%", size>>20)
+	}
+	vg := steps[len(steps)-1]
+	if vg.Device != "fcp-worker-1" || vg.Value != "/dev/sda /dev/sdb" {
+		t.Errorf("volume group step = %+v", vg)
+	}
+}
+
+func TestABuiltPoolNeedsNothing(t *testing.T) {
+	p := testPool()
+	if steps, err := PlanPool(p, builtPool(p)); err != nil || len(steps) != 0 {
+		t.Fatalf("steps = %v, err = %v; want none", steps, err)
+	}
+	s := poolStatusOf(builtPool(p))
+	if s.CacheSetUUID != "set-1" || s.VolumeGroup != "fcp-worker-1" || s.Volumes != 1 || s.AllocatableBytes != 15*gib-8<<20 || s.CacheCapacityBytes != 3276<<20 {
+		t.Errorf("status = %+v", s)
+	}
+}
+
+func TestAPoolGrowsByTheDisksAddedToItsSpec(t *testing.T) {
+	p := testPool()
+	o := builtPool(p)
+	p.Spec.BackingDevices = append(p.Spec.BackingDevices, fcv1.PoolBackingDevice{Path: "/dev/disk/by-id/scsi-hdd3"})
+	o.Backing = append(o.Backing, PoolDisk{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd3", DevPath: "/dev/sdc", Name: "sdc", SizeBytes: 8 * gib, Rotational: true}})
+	steps, err := PlanPool(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); got != "create-physical-volume extend-volume-group" || steps[1].Value != "/dev/sdc" {
+		t.Errorf("steps = %v", steps)
+	}
+}
+
+func TestAPoolRunStoppedAfterPvcreateGoesOnWithoutConsent(t *testing.T) {
+	p := testPool()
+	o := blankPoolDisks()
+	o.Backing[0].Sigs = []blockdev.Signature{{Type: "LVM2_member"}}
+	o.Backing[0].PV = &blockdev.PhysicalVolume{Path: "/dev/sda"}
+	steps, err := PlanPool(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); !strings.HasSuffix(got, "set-cache-tunable:set/io_error_limit create-physical-volume create-volume-group") || steps[len(steps)-2].Device != "/dev/sdb" {
+		t.Errorf("steps = %s: want only sdb labelled, then the group of both", got)
+	}
+}
+
+func TestPoolRefusals(t *testing.T) {
+	p := testPool()
+	cases := []struct {
+		name          string
+		change        func(*Pool, *PoolObservation)
+		reason, field string
+	}{
+		{"a backing disk with a filesystem", func(_ *Pool, o *PoolObservation) {
+			o.Backing[1].Sigs = []blockdev.Signature{{Type: "xfs", Usage: "filesystem"}}
+		}, ReasonCarriesData, "backingDevices[1].path"},
+		{"a backing disk in another volume group", func(_ *Pool, o *PoolObservation) {
+			o.Backing[0].Sigs = []blockdev.Signature{{Type: "LVM2_member"}}
+			o.Backing[0].PV = &blockdev.PhysicalVolume{Path: "/dev/sda", VG: "data"}
+		}, ReasonForeignVolumeGroup, "backingDevices[0].path"},
+		{"a volume group of the pool's name that is not the pool's", func(p *Pool, o *PoolObservation) {
+			o.VG = &blockdev.VolumeGroup{Name: p.VolumeGroup()}
+		}, ReasonForeignVolumeGroup, "metadata.name"},
+		{"a partition as backing device", func(_ *Pool, o *PoolObservation) {
+			o.Backing[1].Device.Parent = "sdb"
+		}, ReasonBackingNotWholeDisk, "backingDevices[1].path"},
+		{"the same disk twice", func(_ *Pool, o *PoolObservation) {
+			o.Backing[1].Device.Name = "sda"
+		}, ReasonSameDisk, "backingDevices[1].path"},
+		{"the root disk", func(_ *Pool, o *PoolObservation) {
+			o.RootDisks = []string{"sdb"}
+		}, ReasonRootDisk, "backingDevices[1].path"},
+		{"a mounted backing disk", func(_ *Pool, o *PoolObservation) {
+			o.Backing[0].Mounts = []string{"/srv"}
+		}, ReasonMounted, "backingDevices[0].path"},
+		{"a backing disk held by another device", func(_ *Pool, o *PoolObservation) {
+			o.Backing[0].Device.Holders = []string{"md0"}
+		}, ReasonHeld, "backingDevices[0].path"},
+		{"an SSD with a partition table", func(_ *Pool, o *PoolObservation) {
+			o.CacheSigs = []blockdev.Signature{{Type: "gpt"}}
+			o.Cache.Partitions = []string{"nvme0n1p1"}
+			o.CachePart = &blockdev.Device{DevPath: "/dev/nvme0n1p1", Name: "nvme0n1p1", Parent: "nvme0n1"}
+			o.CachePartName = "data"
+		}, ReasonCarriesData, "cacheDevice.path"},
+	}
+	for _, c := range cases {
+		pool, o := p, blankPoolDisks()
+		c.change(&pool, o)
+		_, err := PlanPool(pool, o)
+		var r *Refusal
+		if !errors.As(err, &r) || r.Reason != c.reason || r.Field != c.field {
+			t.Errorf("%s: got %v, want %s on %s", c.name, err, c.reason, c.field)
+		}
+	}
+}
+
+func TestPoolWipeConsent(t *testing.T) {
+	p := testPool()
+	p.Spec.Wipe = &fcv1.PoolWipeSpec{BackingDevices: true}
+	o := blankPoolDisks()
+	o.Backing[1].Sigs = []blockdev.Signature{{Type: "xfs", Usage: "filesystem"}}
+	steps, err := PlanPool(p, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := kinds(steps); !strings.Contains(got, "create-physical-volume wipe-backing-device create-physical-volume create-volume-group") {
+		t.Errorf("steps = %s: want sdb wiped before it is labelled", got)
+	}
+}
+
+func TestPoolAndVolumeLabelsNeverMeet(t *testing.T) {
+	// A volume named "p-x" must not take a pool named "x"'s partition for its own, nor the reverse.
+	v := Volume{Name: "p-x"}
+	p := Pool{Name: "x"}
+	if v.Label() == p.Label() {
+		t.Fatalf("volume %s and pool %s share the label %s", v.Name, p.Name, p.Label())
+	}
+}
