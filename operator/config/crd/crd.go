@@ -8,3 +8,8 @@ import _ "embed"
 //
 //go:embed bases/flashcache.io_flashcachevolumes.yaml
 var FlashCacheVolume []byte
+
+// FlashCachePool is the generated CRD of FlashCachePool.
+//
+//go:embed bases/flashcache.io_flashcachepools.yaml
+var FlashCachePool []byte

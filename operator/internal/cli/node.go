@@ -48,10 +48,28 @@ type reportError struct {
 	Message string `json:"message"`
 }
 
+// poolReport is one pool's outcome in `-o json`.
+type poolReport struct {
+	Name     string                 `json:"name"`
+	Changed  bool                   `json:"changed"`
+	Steps    []engine.Step          `json:"steps,omitempty"`
+	Status   *engine.PoolStatus     `json:"status,omitempty"`
+	Teardown *engine.TeardownResult `json:"teardown,omitempty"`
+	Error    *reportError           `json:"error,omitempty"`
+}
+
 type nodeReport struct {
 	Changed bool           `json:"changed"`
 	Failed  bool           `json:"failed"`
+	Pools   []poolReport   `json:"pools,omitempty"`
 	Volumes []volumeReport `json:"volumes"`
+}
+
+// poolAction is what a `flashcache node` subcommand does to the file's pools: before the volumes
+// (a build, which carved volumes need) or after them (a teardown, which needs them gone).
+type poolAction struct {
+	afterVolumes bool
+	act          func(context.Context, *engine.Engine, engine.Pool, *poolReport) error
 }
 
 // errVolumesFailed makes the command exit non-zero after the report was printed.
@@ -124,12 +142,17 @@ land on the SSD; 'flashcache node run' (or --wait) carries it on.`,
 			if !confirm {
 				return fmt.Errorf("teardown erases the volume's bcache signatures and its data becomes unreachable: pass --confirm")
 			}
-			return runNode(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
+			return runNodeWithPools(cmd, opts, func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 				res, err := e.Teardown(ctx, v, timeout)
 				r.Teardown = res
 				r.Changed = res != nil && res.Changed
 				return err
-			})
+			}, &poolAction{afterVolumes: true, act: func(ctx context.Context, e *engine.Engine, p engine.Pool, r *poolReport) error {
+				res, err := e.TeardownPool(ctx, p)
+				r.Teardown = res
+				r.Changed = res != nil && res.Changed
+				return err
+			}})
 		},
 	}
 	teardown.Flags().BoolVar(&confirm, "confirm", false, "confirm that the volume is to be destroyed")
@@ -147,21 +170,33 @@ the SSD, between the bcache superblock and the data on the backing disk; never u
 the spare area), reads SMART wear, and gives a verdict per device and for the volume.`
 
 	node.AddCommand(
-		volumeCommand(opts, "plan", "Print the steps apply would take, changing nothing",
+		poolAndVolumeCommand(opts, "plan", "Print the steps apply would take, changing nothing",
 			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 				steps, err := e.PlanOnly(ctx, v, engine.Desired{})
 				r.Steps, r.Changed = steps, len(steps) > 0
 				return err
+			}, func(ctx context.Context, e *engine.Engine, p engine.Pool, r *poolReport) error {
+				steps, err := e.PlanPoolOnly(ctx, p)
+				r.Steps, r.Changed = steps, len(steps) > 0
+				return err
 			}),
-		volumeCommand(opts, "apply", "Build or adopt the volumes and set their tunables",
+		poolAndVolumeCommand(opts, "apply", "Build or adopt the pools and volumes and set their tunables",
 			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 				res, err := e.Apply(ctx, v, engine.Desired{})
 				r.fromResult(res)
 				return err
+			}, func(ctx context.Context, e *engine.Engine, p engine.Pool, r *poolReport) error {
+				res, err := e.ApplyPool(ctx, p)
+				r.Changed, r.Steps, r.Status = res.Changed, res.Steps, &res.Status
+				return err
 			}),
-		volumeCommand(opts, "status", "Report the volumes as the kernel sees them",
+		poolAndVolumeCommand(opts, "status", "Report the pools and volumes as the kernel sees them",
 			func(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport) error {
 				s, err := e.Status(ctx, v)
+				r.Status = s
+				return err
+			}, func(ctx context.Context, e *engine.Engine, p engine.Pool, r *poolReport) error {
+				s, err := e.PoolStatus(ctx, p)
 				r.Status = s
 				return err
 			}),
@@ -231,6 +266,20 @@ func volumeCommand(opts *nodeOptions, use, short string, act func(context.Contex
 	}
 }
 
+// poolAndVolumeCommand is volumeCommand for a subcommand that acts on the file's pools too,
+// before its volumes.
+func poolAndVolumeCommand(opts *nodeOptions, use, short string, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error,
+	poolAct func(context.Context, *engine.Engine, engine.Pool, *poolReport) error) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runNodeWithPools(cmd, opts, act, &poolAction{act: poolAct})
+		},
+	}
+}
+
 // fromResult copies what apply or release did into the report.
 func (r *volumeReport) fromResult(res *engine.Result) {
 	if res != nil {
@@ -240,24 +289,55 @@ func (r *volumeReport) fromResult(res *engine.Result) {
 
 // runNode loads the volume file and runs act for each volume, printing one report.
 func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error) error {
+	return runNodeWithPools(cmd, opts, act, nil)
+}
+
+// runNodeWithPools is runNode that also runs pools' act for the file's pools (with --volume, for
+// that volume's pool only, and only before the volume: one volume's teardown leaves its pool).
+func runNodeWithPools(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error, pools *poolAction) error {
 	if opts.output != "text" && opts.output != "json" {
 		return fmt.Errorf("--output: unknown format %q (want text or json)", opts.output)
 	}
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	volumes, err := volumefile.Load(ctx, opts.config)
+	file, err := volumefile.Load(ctx, opts.config)
 	if err != nil {
 		return fmt.Errorf("--config %s: %w", opts.config, err)
 	}
 	log := newNodeLogger(cmd, opts)
 	e := &engine.Engine{Run: blockdev.Runner{Log: log}, Log: log, HoldDir: opts.holdDir, StateDir: opts.stateDir}
 	report := nodeReport{Volumes: []volumeReport{}}
-	found := false
-	for _, v := range volumes {
-		if opts.volume != "" && v.Name != opts.volume {
-			continue
+	var selected []engine.Volume
+	for _, v := range file.Volumes {
+		if opts.volume == "" || v.Name == opts.volume {
+			selected = append(selected, v)
 		}
-		found = true
+	}
+	if opts.volume != "" && len(selected) == 0 {
+		return fmt.Errorf("--volume: no volume %q in %s", opts.volume, opts.config)
+	}
+	runPools := func() {
+		for _, p := range file.Pools {
+			if opts.volume != "" && (pools.afterVolumes || selected[0].Spec.Pool == nil || selected[0].Spec.Pool.Name != p.Name) {
+				continue
+			}
+			r := poolReport{Name: p.Name}
+			if err := lockedPoolAct(ctx, e, p, &r, pools.act); err != nil {
+				class := engine.Classify(err)
+				r.Error = &reportError{Message: err.Error(), Field: class.Field}
+				if class.Reason != fcv1.ReasonApplyFailed {
+					r.Error.Reason = class.Reason
+				}
+				report.Failed = true
+			}
+			report.Changed = report.Changed || r.Changed
+			report.Pools = append(report.Pools, r)
+		}
+	}
+	if pools != nil && !pools.afterVolumes {
+		runPools()
+	}
+	for _, v := range selected {
 		r := volumeReport{Name: v.Name}
 		if err := lockedAct(ctx, e, v, &r, act); err != nil {
 			class := engine.Classify(err)
@@ -273,8 +353,9 @@ func runNode(cmd *cobra.Command, opts *nodeOptions, act func(context.Context, *e
 		report.Changed = report.Changed || r.Changed
 		report.Volumes = append(report.Volumes, r)
 	}
-	if !found {
-		return fmt.Errorf("--volume: no volume %q in %s", opts.volume, opts.config)
+	if pools != nil && pools.afterVolumes && !report.Failed {
+		// A pool goes only once every volume of the file is gone.
+		runPools()
 	}
 	if err := printReport(cmd.OutOrStdout(), opts.output, report); err != nil {
 		return err
@@ -290,6 +371,24 @@ func printReport(w io.Writer, output string, report nodeReport) error {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		return enc.Encode(report)
+	}
+	for _, r := range report.Pools {
+		fmt.Fprintf(w, "pool %s: changed=%v\n", r.Name, r.Changed)
+		for _, s := range r.Steps {
+			fmt.Fprintf(w, "  - %s\n", s)
+		}
+		if s := r.Status; s != nil && s.VolumeGroup != "" {
+			fmt.Fprintf(w, "  cache set %s (%s), volume group %s: %s of %s free, %d volumes\n",
+				s.CacheSetUUID, mib(s.CacheCapacityBytes), s.VolumeGroup, mib(s.AllocatableBytes), mib(s.CapacityBytes), s.Volumes)
+		}
+		if t := r.Teardown; t != nil {
+			for _, s := range t.Steps {
+				fmt.Fprintf(w, "  - %s\n", s)
+			}
+		}
+		if r.Error != nil {
+			fmt.Fprintf(w, "  error: %s\n", r.Error.Message)
+		}
 	}
 	for _, r := range report.Volumes {
 		fmt.Fprintf(w, "%s: changed=%v\n", r.Name, r.Changed)
@@ -341,6 +440,15 @@ func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 // lockWait is how long a node command waits for another run (the agent, the boot unit) to be
 // done with the same disks.
 const lockWait = 2 * time.Minute
+
+func lockedPoolAct(ctx context.Context, e *engine.Engine, p engine.Pool, r *poolReport, act func(context.Context, *engine.Engine, engine.Pool, *poolReport) error) error {
+	unlock, err := engine.LockPool(ctx, p, lockWait)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return act(ctx, e, p, r)
+}
 
 func lockedAct(ctx context.Context, e *engine.Engine, v engine.Volume, r *volumeReport, act func(context.Context, *engine.Engine, engine.Volume, *volumeReport) error) error {
 	unlock, err := engine.Lock(ctx, v, lockWait)

@@ -92,7 +92,8 @@ func runLoop(cmd *cobra.Command, opts *nodeOptions, ro *runOptions) error {
 		case err != nil:
 			log.Error(err, "reading the volume file failed: going on with the volumes read before", "config", opts.config)
 		default:
-			volumes = loaded
+			// Pools are built by `flashcache node apply`; the loop converges volumes.
+			volumes = loaded.Volumes
 		}
 		seen := map[string]bool{}
 		for _, v := range volumes {

@@ -455,3 +455,13 @@ func (e *Engine) eraseCachePartition(ctx context.Context, o *CacheSide) error {
 		return false, nil
 	})
 }
+
+// PoolStatus observes a pool and reports what the host says of it.
+func (e *Engine) PoolStatus(ctx context.Context, p Pool) (*PoolStatus, error) {
+	o, err := e.ObservePool(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	s := poolStatusOf(o)
+	return &s, nil
+}

@@ -1,7 +1,8 @@
 // Package volumefile reads the FlashCacheVolume files of `flashcache node` (and the Ansible role):
-// the same YAML as `kubectl apply` (FlashCacheVolumes, and the v1 Secrets their iSCSI CHAP
-// references name), checked and defaulted with the CRD's own OpenAPI schema and
-// CEL rules, so a host without Kubernetes refuses exactly what the API server refuses.
+// the same YAML as `kubectl apply` (FlashCacheVolumes, the FlashCachePools they are carved from,
+// and the v1 Secrets their iSCSI CHAP references name), checked and defaulted with the CRDs' own
+// OpenAPI schemas and CEL rules, so a host without Kubernetes refuses exactly what the API server
+// refuses.
 package volumefile
 
 import (
@@ -32,17 +33,21 @@ import (
 	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
-// Validator checks and defaults FlashCacheVolume objects like the API server does.
+// Validator checks and defaults objects of one kind like the API server does.
 type Validator struct {
+	kind       string
 	structural *structuralschema.Structural
 	schema     apiservervalidation.SchemaValidator
 	cel        *cel.Validator
 }
 
-// NewValidator builds a validator from the embedded CRD.
-func NewValidator() (*Validator, error) {
+// NewValidator builds a FlashCacheVolume validator from the embedded CRD.
+func NewValidator() (*Validator, error) { return newValidator(crd.FlashCacheVolume) }
+
+// newValidator builds a validator from one embedded CRD.
+func newValidator(crdYAML []byte) (*Validator, error) {
 	var def apiextensionsv1.CustomResourceDefinition
-	if err := yaml.Unmarshal(crd.FlashCacheVolume, &def); err != nil {
+	if err := yaml.Unmarshal(crdYAML, &def); err != nil {
 		return nil, fmt.Errorf("reading the embedded CRD: %w", err)
 	}
 	var version *apiextensionsv1.CustomResourceDefinitionVersion
@@ -67,21 +72,23 @@ func NewValidator() (*Validator, error) {
 		return nil, fmt.Errorf("building the schema validator: %w", err)
 	}
 	return &Validator{
+		kind:       def.Spec.Names.Kind,
 		structural: structural,
 		schema:     schema,
 		cel:        cel.NewValidator(structural, true, celconfig.PerCallLimit),
 	}, nil
 }
 
-// InvalidError lists everything wrong with one volume, each naming its field.
+// InvalidError lists everything wrong with one object, each naming its field.
 type InvalidError struct {
+	Kind   string
 	Name   string
 	Errors []string
 }
 
 func (e *InvalidError) Error() string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "FlashCacheVolume %q is invalid:", e.Name)
+	fmt.Fprintf(&b, "%s %q is invalid:", e.Kind, e.Name)
 	for _, m := range e.Errors {
 		fmt.Fprintf(&b, "\n* %s", m)
 	}
@@ -98,16 +105,23 @@ func (v *Validator) Check(ctx context.Context, obj map[string]any) error {
 		return nil
 	}
 	name, _, _ := nestedString(obj, "metadata", "name")
-	inv := &InvalidError{Name: name}
+	inv := &InvalidError{Kind: v.kind, Name: name}
 	for _, e := range errs {
 		inv.Errors = append(inv.Errors, e.Error())
 	}
 	return inv
 }
 
-// Load reads every FlashCacheVolume in a file ("-" is standard input) and returns them as the
-// engine's volumes, defaulted and validated. Nothing is returned if any of them is invalid.
-func Load(ctx context.Context, path string) ([]engine.Volume, error) {
+// File is what a volume file holds, as the engine sees it.
+type File struct {
+	Volumes []engine.Volume
+	Pools   []engine.Pool
+}
+
+// Load reads every FlashCacheVolume and FlashCachePool in a file ("-" is standard input) and
+// returns them as the engine's volumes and pools, defaulted and validated. Nothing is returned
+// if any of them is invalid.
+func Load(ctx context.Context, path string) (*File, error) {
 	var r io.Reader
 	if path == "-" {
 		r = os.Stdin
@@ -123,13 +137,19 @@ func Load(ctx context.Context, path string) ([]engine.Volume, error) {
 }
 
 // Read is Load on an open stream.
-func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
+func Read(ctx context.Context, r io.Reader) (*File, error) {
 	v, err := NewValidator()
+	if err != nil {
+		return nil, err
+	}
+	pv, err := newValidator(crd.FlashCachePool)
 	if err != nil {
 		return nil, err
 	}
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var volumes []engine.Volume
+	pools := map[string]engine.Pool{}
+	var poolOrder []string
 	var problems []error
 	seen := map[string]bool{}
 	secrets := map[string]*corev1.Secret{}
@@ -164,8 +184,24 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 			secrets[secretKey(secret.Namespace, secret.Name)] = &secret
 			continue
 		}
+		if obj["apiVersion"] == fcv1.GroupVersion.String() && obj["kind"] == "FlashCachePool" {
+			if err := pv.Check(ctx, obj); err != nil {
+				problems = append(problems, err)
+				continue
+			}
+			var pool fcv1.FlashCachePool
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj, &pool); err != nil {
+				return nil, fmt.Errorf("document %d: %w", doc, err)
+			}
+			if _, dup := pools[pool.Name]; dup {
+				return nil, fmt.Errorf("document %d: pool %q appears twice", doc, pool.Name)
+			}
+			pools[pool.Name] = engine.PoolOf(&pool)
+			poolOrder = append(poolOrder, pool.Name)
+			continue
+		}
 		if obj["apiVersion"] != fcv1.GroupVersion.String() || obj["kind"] != "FlashCacheVolume" {
-			return nil, fmt.Errorf("document %d: want apiVersion %s, kind FlashCacheVolume (or v1 Secret); got %v, %v",
+			return nil, fmt.Errorf("document %d: want apiVersion %s, kind FlashCacheVolume or FlashCachePool (or v1 Secret); got %v, %v",
 				doc, fcv1.GroupVersion, obj["apiVersion"], obj["kind"])
 		}
 		if err := v.Check(ctx, obj); err != nil {
@@ -181,6 +217,18 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 		}
 		seen[fcv.Name] = true
 		volumes = append(volumes, engine.VolumeOf(&fcv))
+	}
+	for _, vol := range volumes {
+		// A carved volume's pool is on the same host, so in the same file.
+		if ref := vol.Spec.Pool; ref != nil {
+			pool, ok := pools[ref.Name]
+			switch {
+			case !ok:
+				problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.pool.name: no FlashCachePool %q in the file", vol.Name, ref.Name))
+			case pool.Spec.NodeName != vol.Spec.NodeName:
+				problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.nodeName: %q, but pool %q is on %q", vol.Name, vol.Spec.NodeName, ref.Name, pool.Spec.NodeName))
+			}
+		}
 	}
 	for i := range volumes {
 		ref := chapSecretRef(volumes[i])
@@ -202,10 +250,14 @@ func Read(ctx context.Context, r io.Reader) ([]engine.Volume, error) {
 	if len(problems) > 0 {
 		return nil, errors.Join(problems...)
 	}
-	if len(volumes) == 0 {
-		return nil, fmt.Errorf("no FlashCacheVolume in the file")
+	if len(volumes) == 0 && len(pools) == 0 {
+		return nil, fmt.Errorf("no FlashCacheVolume or FlashCachePool in the file")
 	}
-	return volumes, nil
+	f := &File{Volumes: volumes}
+	for _, name := range poolOrder {
+		f.Pools = append(f.Pools, pools[name])
+	}
+	return f, nil
 }
 
 // The keys of a CHAP Secret, as Kubernetes' iSCSI volumes name them.

@@ -2,10 +2,13 @@ package volumefile
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
 const twoVolumes = `apiVersion: flashcache.io/v1alpha1
@@ -29,7 +32,7 @@ spec:
 `
 
 func TestReadAppliesTheCRDDefaults(t *testing.T) {
-	vols, err := Read(context.Background(), strings.NewReader(twoVolumes))
+	vols, err := readVolumes(strings.NewReader(twoVolumes))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +120,7 @@ func unwrapAll(err error) error {
 // A header of comments before the first --- is a document with nothing in it, as Ansible's
 // template writes; a file of comments only still has no volume, which is refused.
 func TestReadSkipsDocumentsOfCommentsOnly(t *testing.T) {
-	vols, err := Read(context.Background(), strings.NewReader("# managed by Ansible\n---\n"+twoVolumes+"---\n# the end\n"))
+	vols, err := readVolumes(strings.NewReader("# managed by Ansible\n---\n" + twoVolumes + "---\n# the end\n"))
 	if err != nil || len(vols) != 2 {
 		t.Fatalf("volumes %+v, err %v: want the two volumes", vols, err)
 	}
@@ -143,7 +146,7 @@ spec:
 func TestReadTakesCHAPFromASecretInTheFile(t *testing.T) {
 	secret := "---\napiVersion: v1\nkind: Secret\nmetadata: {namespace: flashcache-system, name: san1-chap}\n" +
 		"data:\n  node.session.auth.username: bXlzcWw=\nstringData:\n  node.session.auth.password: s3cr3t-pass\n"
-	vols, err := Read(context.Background(), strings.NewReader(iscsiVolume+secret))
+	vols, err := readVolumes(strings.NewReader(iscsiVolume + secret))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,11 +172,69 @@ func TestReadTakesCHAPFromASecretInTheFile(t *testing.T) {
 // The acceptance of a lost cache's dirty data travels with the volume, as on the API object.
 func TestReadKeepsTheAcceptedCacheLoss(t *testing.T) {
 	doc := strings.Replace(twoVolumes, "metadata: {name: mysql-a}", "metadata: {name: mysql-a, annotations: {flashcache.io/accept-cache-loss: /dev/disk/by-id/nvme-old}}", 1)
-	vols, err := Read(context.Background(), strings.NewReader(doc))
+	vols, err := readVolumes(strings.NewReader(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if vols[0].AcceptedCacheLoss != "/dev/disk/by-id/nvme-old" || vols[1].AcceptedCacheLoss != "" {
 		t.Errorf("accepted cache loss: %q, %q", vols[0].AcceptedCacheLoss, vols[1].AcceptedCacheLoss)
+	}
+}
+
+// readVolumes is Read for a file of volumes only.
+func readVolumes(r io.Reader) ([]engine.Volume, error) {
+	f, err := Read(context.Background(), r)
+	if err != nil {
+		return nil, err
+	}
+	return f.Volumes, nil
+}
+
+const poolAndCarvedVolume = `apiVersion: flashcache.io/v1alpha1
+kind: FlashCachePool
+metadata: {name: db1}
+spec:
+  nodeName: db1
+  cacheDevice: {path: /dev/disk/by-id/nvme-a}
+  backingDevices:
+  - path: /dev/disk/by-id/ata-a
+  - path: /dev/disk/by-id/ata-b
+---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: mysql-0}
+spec:
+  nodeName: db1
+  pool: {name: db1, size: 10Gi}
+`
+
+func TestPoolsAreReadDefaultedAndCheckedWithTheirCRD(t *testing.T) {
+	f, err := Read(context.Background(), strings.NewReader(poolAndCarvedVolume))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Pools) != 1 || len(f.Volumes) != 1 {
+		t.Fatalf("pools %+v, volumes %+v", f.Pools, f.Volumes)
+	}
+	p := f.Pools[0]
+	if p.Name != "db1" || len(p.Spec.BackingDevices) != 2 || p.Spec.ReplacementPolicy != "lru" || *p.Spec.CacheDevice.OverProvisionPercent != 20 {
+		t.Errorf("pool not read or not defaulted: %+v", p)
+	}
+	if v := f.Volumes[0].Spec; v.Pool == nil || v.Pool.Size.Value() != 10<<30 {
+		t.Errorf("carved volume: %+v", v)
+	}
+	cases := []struct{ name, file, want string }{
+		{"a pool's rule", strings.Replace(poolAndCarvedVolume, "ata-b", "nvme-a", 1), `FlashCachePool "db1" is invalid`},
+		{"a volume's pool not in the file", strings.Replace(poolAndCarvedVolume, "pool: {name: db1", "pool: {name: db2", 1), `spec.pool.name: no FlashCachePool "db2"`},
+		{"a volume on another node than its pool", strings.Replace(poolAndCarvedVolume, "metadata: {name: mysql-0}\nspec:\n  nodeName: db1", "metadata: {name: mysql-0}\nspec:\n  nodeName: db2", 1), `spec.nodeName: "db2", but pool "db1" is on "db1"`},
+		{"a pool twice", poolAndCarvedVolume + "---\n" + strings.SplitN(poolAndCarvedVolume, "---\n", 2)[0], `pool "db1" appears twice`},
+	}
+	for _, c := range cases {
+		if _, err := Read(context.Background(), strings.NewReader(c.file)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want %q", c.name, err, c.want)
+		}
+	}
+	if f, err := Read(context.Background(), strings.NewReader(strings.SplitN(poolAndCarvedVolume, "---\n", 2)[0])); err != nil || len(f.Pools) != 1 {
+		t.Errorf("a file of one pool and no volume: %v", err)
 	}
 }

@@ -92,8 +92,9 @@ func (g *guest) sh(t *testing.T, cmd string) string {
 
 // report is `flashcache node ... -o json`.
 type report struct {
-	Changed bool `json:"changed"`
-	Failed  bool `json:"failed"`
+	Changed bool         `json:"changed"`
+	Failed  bool         `json:"failed"`
+	Pools   []poolReport `json:"pools"`
 	Volumes []struct {
 		Name     string   `json:"name"`
 		Changed  bool     `json:"changed"`
@@ -260,7 +261,7 @@ func bootGuest(t *testing.T, ctx context.Context, disks ...vmharness.Disk) *gues
 func TestEngineOnARealKernel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
 	defer cancel()
-	g := bootGuest(t, ctx, cacheA, hddA, cacheB, hddB, hddC, cacheWorn, hddD)
+	g := bootGuest(t, ctx, cacheA, hddA, cacheB, hddB, hddC, cacheWorn, hddD, poolCache, poolHDD1, poolHDD2)
 
 	steps := []struct {
 		name string
@@ -284,6 +285,10 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"RebootAdoptsWithoutReformatting", testAdoptionAfterReboot},
 		{"TeardownRemovesOnlyWhatItMade", testTeardown},
 		{"WearCrossingTheLimitWhileRunningIsFlushedAndHeldInWritethrough", testWearWhileRunning},
+		{"PoolRefusesADiskWithDataAndKeepsIt", testPoolRefusesData},
+		{"PoolFromBlankDisksIsACacheSetAndAVolumeGroup", testPoolBuild},
+		{"PoolGrowsByADiskAddedToItsSpec", testPoolGrows},
+		{"PoolTeardownLeavesBlankDisksAndBuildsAgain", testPoolTeardown},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, g) }) {
