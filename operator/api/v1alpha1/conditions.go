@@ -61,9 +61,6 @@ const (
 	ReasonRefused = "Refused"
 	// ReasonDeviceMissing: a device the spec names is not on the node.
 	ReasonDeviceMissing = "DeviceMissing"
-	// ReasonPoolVolumesUnsupported: the volume names a pool, and this version of the agent
-	// builds volumes on whole devices only.
-	ReasonPoolVolumesUnsupported = "PoolVolumesUnsupported"
 	// ReasonBusy: another engine run holds the volume's devices.
 	ReasonBusy = "Busy"
 	// ReasonSafe, ReasonUnsafe and ReasonUnknown mirror the durability verdict on SafetyChecked.

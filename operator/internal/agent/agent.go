@@ -90,6 +90,7 @@ type Reconciler struct {
 
 // +kubebuilder:rbac:groups=flashcache.io,resources=flashcachevolumes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=flashcache.io,resources=flashcachevolumes/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=flashcache.io,resources=flashcachepools,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get,namespace=flashcache-system
@@ -112,6 +113,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	var err error
 	if v.CHAP, err = r.chap(ctx, &fcv); err != nil {
 		return r.failed(ctx, &fcv, newReport(&fcv, r.now()), "read CHAP secret", err)
+	}
+	if fcv.Spec.Pool != nil {
+		pool, err := r.pool(ctx, &fcv)
+		switch {
+		case err == nil:
+			v.Pool = pool
+		case fcv.DeletionTimestamp.IsZero():
+			return r.failed(ctx, &fcv, newReport(&fcv, r.now()), "read pool", err)
+		}
 	}
 	if !fcv.DeletionTimestamp.IsZero() {
 		return r.reconcileDelete(ctx, &fcv, v)
@@ -275,6 +285,24 @@ func (r *Reconciler) flush(ctx context.Context, fcv *fcv1.FlashCacheVolume, v en
 	return nil
 }
 
+// pool reads the FlashCachePool a carved volume names; it must be on this node too.
+func (r *Reconciler) pool(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*engine.Pool, error) {
+	var pool fcv1.FlashCachePool
+	if err := r.Get(ctx, types.NamespacedName{Name: fcv.Spec.Pool.Name}, &pool); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, &engine.Refusal{Reason: engine.ReasonPoolNotReady, Field: "pool.name",
+				Message: fmt.Sprintf("there is no FlashCachePool %s", fcv.Spec.Pool.Name)}
+		}
+		return nil, fmt.Errorf("reading pool %s: %w", fcv.Spec.Pool.Name, err)
+	}
+	if pool.Spec.NodeName != fcv.Spec.NodeName {
+		return nil, &engine.Refusal{Reason: engine.ReasonPoolOnAnotherNode, Field: "pool.name",
+			Message: fmt.Sprintf("pool %s is on node %s, the volume on %s", pool.Name, pool.Spec.NodeName, fcv.Spec.NodeName)}
+	}
+	p := engine.PoolOf(&pool)
+	return &p, nil
+}
+
 // chap reads the credentials of the volume's iSCSI CHAP Secret, if it names one.
 func (r *Reconciler) chap(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*blockdev.CHAP, error) {
 	src := fcv.Spec.BackingISCSI()
@@ -332,16 +360,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 		return ctrl.Result{}, nil
 	}
 	st := newReport(fcv, r.now())
+	if v.Carved() && v.Pool == nil && provisioned.Status != metav1.ConditionTrue && fcv.Status.Device == nil {
+		// Carved from a pool that is gone, and never built: nothing to tear down.
+		return r.tornDown(ctx, fcv, st)
+	}
 	unlock, err := engine.Lock(ctx, v, lockWait)
-	var refusal *engine.Refusal
 	switch {
 	case errors.Is(err, engine.ErrBusy):
 		return ctrl.Result{RequeueAfter: retryBusy}, nil
-	case errors.As(err, &refusal) && refusal.Reason == fcv1.ReasonPoolVolumesUnsupported:
-		// Never built, so nothing to tear down.
-		return r.tornDown(ctx, fcv, st)
 	case err != nil:
-		return ctrl.Result{}, err
+		return r.failed(ctx, fcv, st, "teardown", err)
 	}
 	defer unlock()
 	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil {

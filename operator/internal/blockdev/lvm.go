@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 )
 
 // LVM: a pool's slow disks are one volume group, and each volume carved from the pool is a
@@ -34,6 +36,15 @@ type LogicalVolume struct {
 	// Active says the kernel has the volume's device-mapper device.
 	Active bool
 }
+
+// HasTag says whether the volume group carries tag.
+func (vg VolumeGroup) HasTag(tag string) bool { return hasTag(vg.Tags, tag) }
+
+// HasTag says whether the logical volume carries tag.
+func (lv LogicalVolume) HasTag(tag string) bool { return hasTag(lv.Tags, tag) }
+
+// hasTag reads LVM's comma-separated tag list.
+func hasTag(tags, tag string) bool { return slices.Contains(strings.Split(tags, ","), tag) }
 
 // PhysicalVolume is a physical volume as pvs reports it.
 type PhysicalVolume struct {
@@ -95,6 +106,12 @@ func (r Runner) ExtendVolumeGroup(ctx context.Context, vg, pv string) error {
 func (r Runner) CreateLogicalVolume(ctx context.Context, vg, name string, sizeBytes int64, tag string) error {
 	_, err := r.Run(ctx, "lvcreate", "--yes", "--wipesignatures", "y", "--zero", "y", "--addtag", tag,
 		"--name", name, "--size", strconv.FormatInt(sizeBytes, 10)+"b", vg)
+	return err
+}
+
+// ActivateLogicalVolume makes the kernel's device of vg/name, when LVM did not at boot.
+func (r Runner) ActivateLogicalVolume(ctx context.Context, vg, name string) error {
+	_, err := r.Run(ctx, "lvchange", "--activate", "y", vg+"/"+name)
 	return err
 }
 

@@ -43,6 +43,7 @@ var Tools = []Tool{
 	{Name: "vgcreate", Debian: "lvm2", RHEL: "lvm2", Why: "makes a pool's volume group of its slow disks"},
 	{Name: "vgextend", Debian: "lvm2", RHEL: "lvm2", Why: "adds a slow disk to a pool's volume group"},
 	{Name: "lvcreate", Debian: "lvm2", RHEL: "lvm2", Why: "carves a volume's backing device from its pool"},
+	{Name: "lvchange", Debian: "lvm2", RHEL: "lvm2", Why: "activates a carved volume's backing device that LVM left inactive"},
 	{Name: "lvextend", Debian: "lvm2", RHEL: "lvm2", Why: "grows a carved volume's backing device"},
 	{Name: "lvremove", Debian: "lvm2", RHEL: "lvm2", Why: "removes a carved volume's backing device at teardown"},
 	{Name: "vgremove", Debian: "lvm2", RHEL: "lvm2", Why: "removes a pool's volume group at the pool's teardown"},

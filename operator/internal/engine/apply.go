@@ -102,6 +102,15 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		}
 		res.Warnings = append(res.Warnings, fmt.Sprintf("durability check %s%s: %s; %s", check.Verdict, wornText(check.Worn), strings.Join(check.Reasons, " | "), what))
 	}
+	if v.Carved() {
+		if v.Spec.Safety.DisableBackingWriteCache {
+			res.Warnings = append(res.Warnings, "safety.disableBackingWriteCache is not applied to a carved volume: its disks are the pool's, shared with its other volumes")
+		}
+		if o.LV != nil && o.LV.SizeBytes < v.Spec.Pool.Size.Value() {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("pool.size %s is more than the volume's %s: growing a carved volume is not done yet",
+				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes)))
+		}
+	}
 	if o.Cache.DiscardMaxBytes == 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s does not support discard: the spare area is not known to the SSD as free", o.Cache.DevPath))
 	}
@@ -196,6 +205,20 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		return e.executeCacheStep(ctx, &o.CacheSide, s)
 	case StepDetachLostCache:
 		return e.executeWithoutCache(ctx, v, o, s)
+	case StepCreateLV:
+		size, err := strconv.ParseInt(s.Value, 10, 64)
+		if err != nil {
+			return fmt.Errorf("size %q: %w", s.Value, err)
+		}
+		if err := e.Run.CreateLogicalVolume(ctx, v.Pool.VolumeGroup(), v.LogicalVolume(), size, v.LogicalVolumeTag()); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, s.Device+" to appear", func() (bool, error) { _, err := os.Stat(s.Device); return err == nil, nil })
+	case StepActivateLV:
+		if err := e.Run.ActivateLogicalVolume(ctx, v.Pool.VolumeGroup(), v.LogicalVolume()); err != nil {
+			return err
+		}
+		return e.waitUntil(ctx, s.Device+" to appear", func() (bool, error) { _, err := os.Stat(s.Device); return err == nil, nil })
 	case StepRegisterBacking:
 		if err := blockdev.Register(o.Backing.DevPath); err != nil {
 			return err

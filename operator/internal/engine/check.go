@@ -181,7 +181,7 @@ func writebackAllowed(v Volume, rep *CheckReport) bool {
 
 // sameDevices says whether the devices the spec names now are those rep judged.
 func (e *Engine) sameDevices(ctx context.Context, v Volume, rep *CheckReport) bool {
-	cache, err := blockdev.Inspect(v.Spec.CacheDevice.Path)
+	cache, err := blockdev.Inspect(v.CachePath())
 	if err != nil {
 		return false
 	}

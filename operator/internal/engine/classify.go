@@ -47,6 +47,9 @@ func Classify(err error) ErrorClass {
 		return ErrorClass{Reason: cacheLost.Reason(), Field: "cacheDevice.path", Retry: RetryWhenFixedElsewhere, Status: cacheLost.Status}
 	case errors.As(err, &backingFailed):
 		return ErrorClass{Reason: fcv1.ReasonBackingDeviceErrors, Field: "backingDevice.path", Retry: RetryWhenFixedElsewhere, Status: backingFailed.Status}
+	case errors.As(err, &refusal) && (refusal.Reason == ReasonPoolNotReady || refusal.Reason == ReasonPoolFull):
+		// The pool's build, or a volume deleted from it, changes this; not the volume's spec.
+		return ErrorClass{Reason: refusal.Reason, Field: refusal.Field, Retry: RetryWhenFixedElsewhere}
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
 		// A front end may read Secrets without watching them: a corrected one is noticed by trying again.
 		return ErrorClass{Reason: refusal.Reason, Field: refusal.Field, Retry: RetryWhenFixedElsewhere}

@@ -116,9 +116,9 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 	if i := strings.IndexByte(state, '['); i >= 0 {
 		state = strings.Trim(state[i:], "[]")
 	}
-	lost := &CacheLostError{Path: v.Spec.CacheDevice.Path, missing: missing, backing: o, SuperblockState: state,
+	lost := &CacheLostError{Path: v.CachePath(), missing: missing, backing: o, SuperblockState: state,
 		Failing:     errors.Is(missing, blockdev.ErrUnreadable),
-		DirtyOnDisk: state == "dirty", Accepted: v.AcceptedCacheLoss != "" && v.AcceptedCacheLoss == v.Spec.CacheDevice.Path}
+		DirtyOnDisk: state == "dirty", Accepted: v.AcceptedCacheLoss != "" && v.AcceptedCacheLoss == v.CachePath()}
 	if o.BackingReg != nil {
 		lost.Status = statusOf(v, o)
 		lost.Status.Held = e.held(v)
@@ -229,7 +229,7 @@ func (e *BackingFailedError) Error() string {
 // backingOffline reports an offline backing disk with what sysfs alone says of its registration:
 // no I/O can reach the disk to read its superblock.
 func (e *Engine) backingOffline(v Volume, o *Observation) error {
-	failed := &BackingFailedError{Path: v.Spec.BackingDevice.Path, State: o.Backing.State}
+	failed := &BackingFailedError{Path: v.BackingPath(), State: o.Backing.State}
 	if failed.Path == "" {
 		failed.Path = o.Backing.DevPath
 	}

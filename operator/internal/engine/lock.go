@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 )
 
 // LockDir holds one lock file per device path. flock works across processes (the agent, a
@@ -31,10 +29,13 @@ type Unlock func()
 // run, so that two runs never act on the same disks at once, even for two volumes that name the
 // same disk by mistake. It waits up to wait, then returns ErrBusy.
 func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
-	if v.Spec.Pool != nil {
-		// Every engine run starts here, so a carved volume is refused before any device is read.
-		return nil, &Refusal{Reason: fcv1.ReasonPoolVolumesUnsupported, Field: "pool",
-			Message: fmt.Sprintf("volume %s is carved from pool %s: this version builds volumes on whole devices only (cacheDevice and backingDevice), not yet from pools", v.Name, v.Spec.Pool.Name)}
+	if v.Carved() {
+		// A carved volume shares its pool's disks with the pool's other volumes: it takes them
+		// shared, which keeps a pool's build or teardown out, and its own logical volume alone.
+		if v.Pool == nil {
+			return nil, fmt.Errorf("pool.name: volume %s is carved from pool %s, which the engine was not given", v.Name, v.Spec.Pool.Name)
+		}
+		return lockPaths(ctx, []string{"logical volume " + v.Pool.VolumeGroup() + "/" + v.LogicalVolume()}, poolPaths(*v.Pool), wait)
 	}
 	paths := []string{v.Spec.CacheDevice.Path}
 	if p := v.Spec.BackingDevice.Path; p != "" {
@@ -43,28 +44,45 @@ func Lock(ctx context.Context, v Volume, wait time.Duration) (Unlock, error) {
 	if v.Spec.BackingISCSI() != nil {
 		paths = append(paths, iscsiLockKey(v))
 	}
-	return lockPaths(ctx, paths, wait)
+	return lockPaths(ctx, paths, nil, wait)
 }
 
-// LockPool takes a pool's devices for one engine run, as Lock does a volume's.
+// LockPool takes a pool's devices for one engine run, as Lock does a volume's: alone, so that
+// none of its volumes runs meanwhile.
 func LockPool(ctx context.Context, p Pool, wait time.Duration) (Unlock, error) {
+	return lockPaths(ctx, poolPaths(p), nil, wait)
+}
+
+func poolPaths(p Pool) []string {
 	paths := []string{p.Spec.CacheDevice.Path}
 	for _, d := range p.Spec.BackingDevices {
 		paths = append(paths, d.Path)
 	}
-	return lockPaths(ctx, paths, wait)
+	return paths
 }
 
-// lockPaths takes every path's lock, or none.
-func lockPaths(ctx context.Context, paths []string, wait time.Duration) (Unlock, error) {
-	for i, p := range paths {
+// lockPaths takes every path's lock, exclusive ones alone and shared ones with other shared
+// holders, or none.
+func lockPaths(ctx context.Context, exclusive, shared []string, wait time.Duration) (Unlock, error) {
+	type lock struct {
+		path string
+		how  int
+	}
+	var locks []lock
+	for _, p := range exclusive {
+		locks = append(locks, lock{p, unix.LOCK_EX})
+	}
+	for _, p := range shared {
+		locks = append(locks, lock{p, unix.LOCK_SH})
+	}
+	for i, l := range locks {
 		// One disk may go by several names; the resolved one is what must be exclusive.
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			paths[i] = real
+		if real, err := filepath.EvalSymlinks(l.path); err == nil {
+			locks[i].path = real
 		}
 	}
 	// A fixed order, so that two runs taking overlapping sets cannot deadlock.
-	sort.Strings(paths)
+	sort.Slice(locks, func(i, j int) bool { return locks[i].path < locks[j].path })
 	if err := os.MkdirAll(LockDir, 0o755); err != nil {
 		return nil, fmt.Errorf("lock folder: %w", err)
 	}
@@ -76,7 +94,8 @@ func lockPaths(ctx context.Context, paths []string, wait time.Duration) (Unlock,
 		}
 	}
 	deadline := time.Now().Add(wait)
-	for _, p := range paths {
+	for _, l := range locks {
+		p := l.path
 		sum := sha256.Sum256([]byte(p))
 		f, err := os.OpenFile(filepath.Join(LockDir, hex.EncodeToString(sum[:8])), os.O_CREATE|os.O_RDWR, 0o600)
 		if err != nil {
@@ -85,7 +104,7 @@ func lockPaths(ctx context.Context, paths []string, wait time.Duration) (Unlock,
 		}
 		held = append(held, f)
 		for {
-			err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			err := unix.Flock(int(f.Fd()), l.how|unix.LOCK_NB)
 			if err == nil {
 				break
 			}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -43,17 +44,42 @@ func TestLockKeepsTwoRunsOffTheSameDisk(t *testing.T) {
 	unlockB()
 }
 
-func TestACarvedVolumeIsRefusedBeforeAnyDeviceIsRead(t *testing.T) {
+func TestCarvedVolumesShareTheirPoolAndKeepItsBuildOut(t *testing.T) {
 	old := LockDir
 	LockDir = t.TempDir()
 	defer func() { LockDir = old }()
-	v := Volume{Name: "carved", Spec: fcv1.FlashCacheVolumeSpec{Pool: &fcv1.PoolVolumeSource{Name: "pool-a"}}}
-	_, err := Lock(context.Background(), v, time.Second)
-	var refusal *Refusal
-	if !errors.As(err, &refusal) || refusal.Field != "pool" || refusal.Reason != fcv1.ReasonPoolVolumesUnsupported {
-		t.Fatalf("got %v, want a refusal naming the pool field", err)
+	pool := Pool{Name: "db", Spec: fcv1.FlashCachePoolSpec{CacheDevice: fcv1.CacheDeviceSpec{Path: "/dev/disk/by-id/nvme-p"},
+		BackingDevices: []fcv1.PoolBackingDevice{{Path: "/dev/disk/by-id/hdd-p1"}}}}
+	carved := func(name string) Volume {
+		return Volume{Name: name, Pool: &pool, Spec: fcv1.FlashCacheVolumeSpec{Pool: &fcv1.PoolVolumeSource{Name: "db"}}}
 	}
-	if c := Classify(err); c.Field != "pool" || c.Retry != RetryRarely {
-		t.Errorf("classified as %+v, want field pool, retried rarely", c)
+	ctx := context.Background()
+	unlockA, err := Lock(ctx, carved("a"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unlockB, err := Lock(ctx, carved("b"), time.Second)
+	if err != nil {
+		t.Fatalf("two volumes of one pool: %v", err)
+	}
+	if _, err := Lock(ctx, carved("a"), 200*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Errorf("the same carved volume twice: got %v, want ErrBusy", err)
+	}
+	if _, err := LockPool(ctx, pool, 200*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Errorf("the pool while its volumes run: got %v, want ErrBusy", err)
+	}
+	unlockA()
+	unlockB()
+	unlockPool, err := LockPool(ctx, pool, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Lock(ctx, carved("a"), 200*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Errorf("a carved volume while its pool is built: got %v, want ErrBusy", err)
+	}
+	unlockPool()
+	if _, err := Lock(ctx, Volume{Name: "lost", Spec: fcv1.FlashCacheVolumeSpec{Pool: &fcv1.PoolVolumeSource{Name: "db"}}}, time.Second); err == nil ||
+		!strings.Contains(err.Error(), "pool.name") {
+		t.Errorf("a carved volume without its pool: %v", err)
 	}
 }

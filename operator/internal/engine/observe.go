@@ -51,7 +51,15 @@ type Observation struct {
 	Knobs map[string]string
 	// StableTarget is where the volume's stable link points now ("" when it does not exist).
 	StableTarget string
+
+	// PoolVG and LV are a carved volume's pool's volume group and its own logical volume, when
+	// they exist. Until its logical volume is active, a carved volume has no backing device.
+	PoolVG *blockdev.VolumeGroup
+	LV     *blockdev.LogicalVolume
 }
+
+// backingMissing says a carved volume's logical volume is not there (yet) as a device.
+func (o *Observation) backingMissing(v Volume) bool { return v.Carved() && (o.LV == nil || !o.LV.Active) }
 
 // backingKnobs are the backing device's tunables the engine manages.
 var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label",
@@ -81,8 +89,8 @@ func (e *Engine) Observe(ctx context.Context, v Volume) (*Observation, error) {
 	if err != nil && !errors.As(err, &lost) {
 		// A cache device that goes away while it is read fails whichever command read it first
 		// (sfdisk, wipefs): that is a lost cache too, not a failed apply.
-		if _, ierr := blockdev.Inspect(v.Spec.CacheDevice.Path); errors.Is(ierr, blockdev.ErrNotFound) {
-			return nil, e.cacheLost(ctx, v, fmt.Errorf("cacheDevice.path: %w", ierr))
+		if _, ierr := blockdev.Inspect(v.CachePath()); errors.Is(ierr, blockdev.ErrNotFound) {
+			return nil, e.cacheLost(ctx, v, fmt.Errorf("%s: %w", v.cacheField(), ierr))
 		}
 	}
 	return o, err
@@ -94,8 +102,11 @@ func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
 	if o.RootDisks, err = blockdev.RootDisks(); err != nil {
 		return nil, err
 	}
-	if o.Cache, err = blockdev.Inspect(v.Spec.CacheDevice.Path); err != nil {
-		err = fmt.Errorf("cacheDevice.path: %w", err)
+	if v.Carved() && v.Pool == nil {
+		return nil, fmt.Errorf("pool.name: volume %s is carved from pool %s, which the engine was not given", v.Name, v.Spec.Pool.Name)
+	}
+	if o.Cache, err = blockdev.Inspect(v.CachePath()); err != nil {
+		err = fmt.Errorf("%s: %w", v.cacheField(), err)
 		if errors.Is(err, blockdev.ErrNotFound) {
 			return nil, e.cacheLost(ctx, v, err)
 		}
@@ -103,7 +114,19 @@ func (e *Engine) observe(ctx context.Context, v Volume) (*Observation, error) {
 	}
 	if err := blockdev.ReadProbe(o.Cache.DevPath); errors.Is(err, blockdev.ErrUnreadable) {
 		// Answering but unreadable is a lost cache too; the message says which.
-		return nil, e.cacheLost(ctx, v, fmt.Errorf("cacheDevice.path: %w", err))
+		return nil, e.cacheLost(ctx, v, fmt.Errorf("%s: %w", v.cacheField(), err))
+	}
+	if v.Carved() {
+		if err := e.observeLogicalVolume(ctx, v, o); err != nil {
+			return nil, err
+		}
+		if o.backingMissing(v) {
+			if err := e.observeCacheSide(ctx, &o.CacheSide); err != nil {
+				return nil, err
+			}
+			o.StableTarget = readLink(v.StablePath())
+			return o, nil
+		}
 	}
 	if o.Backing, err = e.backingDevice(ctx, v); err != nil {
 		return nil, err
@@ -208,14 +231,38 @@ func (e *Engine) observeBacking(ctx context.Context, v Volume, o *Observation) e
 	return nil
 }
 
-// backingDevice resolves the backing device: a local path, or the LUN of a logged-in session.
+// observeLogicalVolume finds a carved volume's pool's volume group and its logical volume in it.
+func (e *Engine) observeLogicalVolume(ctx context.Context, v Volume, o *Observation) error {
+	vgs, err := e.Run.VolumeGroups(ctx, v.Pool.VolumeGroup())
+	if err != nil || len(vgs) != 1 {
+		return err
+	}
+	o.PoolVG = &vgs[0]
+	lvs, err := e.Run.LogicalVolumes(ctx, v.Pool.VolumeGroup())
+	if err != nil {
+		return err
+	}
+	for _, lv := range lvs {
+		if lv.Name == v.LogicalVolume() {
+			o.LV = &lv
+		}
+	}
+	return nil
+}
+
+// backingDevice resolves the backing device: a local path, a carved volume's logical volume, or
+// the LUN of a logged-in session.
 func (e *Engine) backingDevice(ctx context.Context, v Volume) (blockdev.Device, error) {
 	if v.Spec.BackingISCSI() != nil {
 		return e.iscsiBacking(ctx, v)
 	}
-	d, err := blockdev.Inspect(v.Spec.BackingDevice.Path)
+	d, err := blockdev.Inspect(v.BackingPath())
 	if err != nil {
-		return d, fmt.Errorf("backingDevice.path: %w", err)
+		field := "backingDevice.path"
+		if v.Carved() {
+			field = "pool.name"
+		}
+		return d, fmt.Errorf("%s: %w", field, err)
 	}
 	return d, nil
 }
@@ -225,7 +272,7 @@ func (e *Engine) backingDevice(ctx context.Context, v Volume) (blockdev.Device, 
 // stopped between make-bcache and writing the label). Plan, Check and Teardown all ask it.
 func ours(v Volume, o *Observation) (cache, backing bool) {
 	label := v.Label()
-	cache = o.CachePart != nil && o.CachePartName == label
+	cache = o.CachePart != nil && o.CachePartName == v.cacheLabel()
 	set := ""
 	if cache && o.CacheSB != nil && o.CacheSB.IsCache() {
 		set = o.CacheSB.SetUUID()

@@ -37,6 +37,9 @@ const (
 	// backing device alone.
 	StepDetachLostCache   StepKind = "detach-lost-cache"
 	StepStartWithoutCache StepKind = "start-without-cache"
+	// A carved volume's logical volume, made in its pool's volume group, or activated.
+	StepCreateLV   StepKind = "create-logical-volume"
+	StepActivateLV StepKind = "activate-logical-volume"
 )
 
 // Step is one action. Steps after the first may name devices that do not exist yet (the cache
@@ -100,6 +103,12 @@ const (
 	ReasonDirtyWithoutCache  = "DirtyDataWithoutItsCache"
 	ReasonISCSILoginRefused  = fcv1.ReasonISCSILoginRefused
 	ReasonCacheStillAttached = "CacheStillAttached"
+	// ReasonPoolNotReady: a carved volume's pool has no cache set or volume group on the host yet.
+	ReasonPoolNotReady = "PoolNotReady"
+	// ReasonPoolFull: a carved volume's pool has less free space than the volume's size.
+	ReasonPoolFull = "PoolFull"
+	// ReasonPoolOnAnotherNode: a carved volume names a pool of another node.
+	ReasonPoolOnAnotherNode = "PoolOnAnotherNode"
 )
 
 const (
@@ -139,6 +148,9 @@ type Desired struct {
 func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	if err := guard(v, o); err != nil {
 		return nil, err
+	}
+	if v.Carved() {
+		return planCarved(v, o, want)
 	}
 	label := v.Label()
 	var steps []Step
@@ -256,13 +268,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 			Message: fmt.Sprintf("%s is attached to cache set %s, not to this volume's cache set %s", o.Backing.DevPath, o.BackingReg.AttachedSet, set)}
 	}
 
-	// Tunables, compared with what the kernel reports.
-	for _, t := range tunables(v, want, o.CacheUnusedPercent) {
-		have := o.Knobs[t.name]
-		if o.BackingReg == nil || !t.matches(have) {
-			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
-		}
-	}
+	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
 	for _, t := range cacheTunables(v.Spec.EffectiveReplacementPolicy()) {
 		if have := o.CacheKnobs[t.name]; !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
@@ -272,10 +278,79 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
 		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
 	}
-	if o.BackingReg == nil || o.BackingReg.Device == "" || o.StableTarget != "/dev/"+o.BackingReg.Device {
-		steps = append(steps, Step{Kind: StepLinkStablePath, Device: v.StablePath(), Value: bcacheDev})
+	return append(steps, linkStep(v, o, bcacheDev)...), nil
+}
+
+// tunableSteps set the bcache device's tunables the kernel does not report as wanted.
+func tunableSteps(v Volume, o *Observation, want Desired, bcacheDev string) []Step {
+	var steps []Step
+	for _, t := range tunables(v, want, o.CacheUnusedPercent) {
+		have := o.Knobs[t.name]
+		if o.BackingReg == nil || !t.matches(have) {
+			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
+		}
 	}
-	return steps, nil
+	return steps
+}
+
+// linkStep points the volume's stable path at its bcache device, when it does not yet.
+func linkStep(v Volume, o *Observation, bcacheDev string) []Step {
+	if o.BackingReg == nil || o.BackingReg.Device == "" || o.StableTarget != "/dev/"+o.BackingReg.Device {
+		return []Step{{Kind: StepLinkStablePath, Device: v.StablePath(), Value: bcacheDev}}
+	}
+	return nil
+}
+
+// planCarved is Plan for a volume carved from a pool: the pool's cache set is there (the pool's
+// apply builds it), so the steps are the logical volume's, its backing superblock, registration
+// and attachment to the pool's set, its tunables and its link. The cache device is not the
+// volume's to change.
+func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
+	p := v.Pool
+	if o.CachePart == nil || o.CachePartName != p.Label() || o.CacheSB == nil || !o.CacheSB.IsCache() || o.CacheReg == nil || o.PoolVG == nil {
+		return nil, &Refusal{Reason: ReasonPoolNotReady, Field: "pool.name",
+			Message: fmt.Sprintf("pool %s is not built on this host yet: its cache set and volume group come first", p.Name)}
+	}
+	set := o.CacheSB.SetUUID()
+	lvPath := v.BackingPath()
+	size := v.Spec.Pool.Size.Value()
+	var steps []Step
+	switch {
+	case o.LV == nil && o.PoolVG.FreeBytes < size:
+		return nil, &Refusal{Reason: ReasonPoolFull, Field: "pool.size",
+			Message: fmt.Sprintf("pool %s has %s free in volume group %s; the volume wants %s", p.Name, humanSize(o.PoolVG.FreeBytes), o.PoolVG.Name, humanSize(size))}
+	case o.LV == nil:
+		return []Step{{Kind: StepCreateLV, Device: lvPath, Value: strconv.FormatInt(size, 10)}}, nil
+	case !o.LV.Active:
+		return []Step{{Kind: StepActivateLV, Device: lvPath}}, nil
+	}
+	_, backingOurs := ours(v, o)
+	if !backingOurs && len(o.BackingSigs) > 0 {
+		if !wipeConsent(v).BackingDevice {
+			return nil, &Refusal{Reason: ReasonCarriesData, Field: "pool.name",
+				Message: fmt.Sprintf("%s carries %s; set spec.wipe.backingDevice to erase it and every byte of data on it", lvPath, describe(o.BackingSigs, nil))}
+		}
+		steps = append(steps, Step{Kind: StepWipeBacking, Device: lvPath})
+	}
+	if !backingOurs {
+		steps = append(steps, Step{Kind: StepMakeBacking, Device: lvPath, Value: set})
+	}
+	if o.BackingReg == nil || !backingOurs {
+		steps = append(steps, Step{Kind: StepRegisterBacking, Device: lvPath})
+	}
+	bcacheDev := "the bcache device of " + lvPath
+	if o.BackingReg != nil && o.BackingReg.Device != "" {
+		bcacheDev = "/dev/" + o.BackingReg.Device
+	}
+	switch {
+	case o.BackingReg == nil || o.BackingReg.AttachedSet == "":
+		steps = append(steps, Step{Kind: StepAttach, Device: bcacheDev, Value: set})
+	case o.BackingReg.AttachedSet != set:
+		return nil, &Refusal{Reason: ReasonForeignCacheSet, Field: "pool.name",
+			Message: fmt.Sprintf("%s is attached to cache set %s, not to pool %s's cache set %s", lvPath, o.BackingReg.AttachedSet, p.Name, set)}
+	}
+	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
+	return append(steps, linkStep(v, o, bcacheDev)...), nil
 }
 
 // guard refuses devices the engine must never touch, whatever the spec says.
@@ -298,7 +373,7 @@ func guard(v Volume, o *Observation) error {
 		}
 	}
 	if o.Cache.IsPartition() {
-		return &Refusal{Reason: ReasonNotWholeDisk, Field: "cacheDevice.path",
+		return &Refusal{Reason: ReasonNotWholeDisk, Field: v.cacheField(),
 			Message: fmt.Sprintf("%s is a partition of %s; name the whole SSD: the engine partitions it and leaves spare area", o.Cache.Path, o.Cache.Parent)}
 	}
 	if o.Cache.Disk() == o.Backing.Disk() {
@@ -316,10 +391,11 @@ func guard(v Volume, o *Observation) error {
 		}
 	}
 	if len(o.Cache.Holders) > 0 {
-		return &Refusal{Reason: ReasonHeld, Field: "cacheDevice.path",
+		return &Refusal{Reason: ReasonHeld, Field: v.cacheField(),
 			Message: fmt.Sprintf("%s is held by %s", o.Cache.Path, strings.Join(o.Cache.Holders, ", "))}
 	}
-	if o.CachePart != nil {
+	// A pool's cache partition is held by the bcache devices of all its volumes.
+	if o.CachePart != nil && !v.Carved() {
 		// bcache links the cache partition to the bcache device it serves, like the backing device.
 		for _, h := range o.CachePart.Holders {
 			if h != ours {
@@ -328,8 +404,8 @@ func guard(v Volume, o *Observation) error {
 			}
 		}
 	}
-	if o.CachePart != nil && o.CachePartName == v.Label() {
-		_, end, err := cachePartition(o.Cache.SizeBytes, int64(v.Spec.EffectiveOverProvisionPercent()))
+	if o.CachePart != nil && o.CachePartName == v.cacheLabel() {
+		_, end, err := cachePartition(o.Cache.SizeBytes, int64(v.overProvisionPercent()))
 		if err == nil && o.CachePart.SizeBytes > (end+1)*sectorSize {
 			return &Refusal{Reason: ReasonPartitionMismatch, Field: "cacheDevice.overProvisionPercent",
 				Message: fmt.Sprintf("%s is larger than this over-provisioning allows; it was partitioned with another value", o.CachePart.DevPath)}

@@ -62,9 +62,11 @@ type PoolObservation struct {
 	CacheSide
 	// Backing are the spec's backing devices, in its order.
 	Backing []PoolDisk
-	// VG is the pool's volume group, when it exists; LVs are its logical volumes.
-	VG  *blockdev.VolumeGroup
-	LVs []blockdev.LogicalVolume
+	// VG is the pool's volume group, when it exists; LVs are its logical volumes, and Members
+	// its physical volumes (the spec's disks, and any a spec no longer names).
+	VG      *blockdev.VolumeGroup
+	LVs     []blockdev.LogicalVolume
+	Members []string
 }
 
 // ObservePool reads what the kernel, the disks and LVM say about the pool's devices.
@@ -83,6 +85,11 @@ func (e *Engine) ObservePool(ctx context.Context, p Pool) (*PoolObservation, err
 	pvs, err := e.Run.PhysicalVolumes(ctx)
 	if err != nil {
 		return nil, err
+	}
+	for _, pv := range pvs {
+		if pv.VG == p.VolumeGroup() {
+			o.Members = append(o.Members, pv.Path)
+		}
 	}
 	for i, b := range p.Spec.BackingDevices {
 		var d PoolDisk
@@ -181,7 +188,7 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 
 	// The slow disks: each one a physical volume of the pool's volume group.
 	vg := p.VolumeGroup()
-	if o.VG != nil && !slices.Contains(strings.Split(o.VG.Tags, ","), p.Tag()) {
+	if o.VG != nil && !o.VG.HasTag(p.Tag()) {
 		return nil, &Refusal{Reason: ReasonForeignVolumeGroup, Field: "metadata.name",
 			Message: fmt.Sprintf("a volume group %s exists and is not this pool's (no tag %s); rename the pool or remove that group", vg, p.Tag())}
 	}
@@ -416,18 +423,16 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
 	}
-	if o.VG != nil && slices.Contains(strings.Split(o.VG.Tags, ","), p.Tag()) {
+	if o.VG != nil && o.VG.HasTag(p.Tag()) {
 		if err := e.Run.RemoveVolumeGroup(ctx, o.VG.Name); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "removed volume group "+o.VG.Name)
-		for _, d := range o.Backing {
-			if d.PV != nil && d.PV.VG == o.VG.Name {
-				if err := e.Run.RemovePhysicalVolume(ctx, d.Device.DevPath); err != nil {
-					return res, err
-				}
-				res.Steps = append(res.Steps, "erased the LVM label of "+d.Device.DevPath)
+		for _, pv := range o.Members {
+			if err := e.Run.RemovePhysicalVolume(ctx, pv); err != nil {
+				return res, err
 			}
+			res.Steps = append(res.Steps, "erased the LVM label of "+pv)
 		}
 	}
 	res.Changed = len(res.Steps) > 0

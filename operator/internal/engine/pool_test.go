@@ -2,8 +2,11 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
@@ -187,5 +190,78 @@ func TestPoolAndVolumeLabelsNeverMeet(t *testing.T) {
 	p := Pool{Name: "x"}
 	if v.Label() == p.Label() {
 		t.Fatalf("volume %s and pool %s share the label %s", v.Name, p.Name, p.Label())
+	}
+}
+
+func carvedVolume(p *Pool) Volume {
+	v := testVolume()
+	v.Name, v.Pool = "mysql-0", p
+	v.Spec.CacheDevice, v.Spec.BackingDevice = nil, nil
+	v.Spec.Pool = &fcv1.PoolVolumeSource{Name: p.Name, Size: resource.MustParse("1Gi")}
+	return v
+}
+
+// carvedReady is the built pool seen by a carved volume whose logical volume is not made yet.
+func carvedReady(p Pool) *Observation {
+	po := builtPool(p)
+	return &Observation{RootDisks: po.RootDisks, CacheSide: po.CacheSide, PoolVG: po.VG}
+}
+
+func TestACarvedVolumeIsALogicalVolumeOnThePoolsCacheSet(t *testing.T) {
+	p := testPool()
+	v := carvedVolume(&p)
+	o := carvedReady(p)
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(steps) != 1 || steps[0].Kind != StepCreateLV || steps[0].Device != "/dev/fcp-worker-1/fc-mysql-0" || steps[0].Value != "1073741824" {
+		t.Fatalf("steps = %v, want the logical volume first", steps)
+	}
+	// Made and active: the backing superblock on the pool's set, registration, attachment,
+	// the volume's own tunables and its link. Nothing of the cache device is the volume's.
+	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib, Active: true, Tags: v.LogicalVolumeTag()}
+	o.Backing = blockdev.Device{Path: "/dev/fcp-worker-1/fc-mysql-0", DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib, Rotational: true}
+	steps, err = Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := kinds(steps)
+	if !strings.HasPrefix(got, "make-bcache-backing register-backing attach set-tunable:label") || !strings.HasSuffix(got, "link-stable-path") ||
+		strings.Contains(got, "cache-device") || strings.Contains(got, "set-cache-tunable") || strings.Contains(got, "register-cache") {
+		t.Errorf("steps = %s", got)
+	}
+	if steps[0].Value != "set-1" || steps[2].Value != "set-1" {
+		t.Errorf("the backing device is not made for and attached to the pool's set: %v", steps[:3])
+	}
+}
+
+func TestACarvedVolumeWaitsForItsPoolAndItsRoom(t *testing.T) {
+	p := testPool()
+	v := carvedVolume(&p)
+	_, err := Plan(v, &Observation{RootDisks: []string{"vda"}, CacheSide: blankPoolDisks().CacheSide}, Desired{})
+	var r *Refusal
+	if !errors.As(err, &r) || r.Reason != ReasonPoolNotReady || r.Field != "pool.name" || Classify(err).Retry != RetryWhenFixedElsewhere {
+		t.Errorf("a pool not built: %v", err)
+	}
+	o := carvedReady(p)
+	o.PoolVG.FreeBytes = 512 << 20
+	_, err = Plan(v, o, Desired{})
+	if !errors.As(err, &r) || r.Reason != ReasonPoolFull || r.Field != "pool.size" || !strings.Contains(r.Message, "512.0M") {
+		t.Errorf("a pool with 512 MiB free for 1 GiB: %v", err)
+	}
+}
+
+func TestACarvedVolumesGuardLetsThePoolsOtherVolumesHoldTheCache(t *testing.T) {
+	p := testPool()
+	v := carvedVolume(&p)
+	o := carvedReady(p)
+	o.CachePart.Holders = []string{"bcache0", "bcache1"}
+	if _, err := Plan(v, o, Desired{}); err != nil {
+		t.Errorf("the pool's cache partition held by its volumes: %v", err)
+	}
+	o.CachePartName = "someone-else"
+	if _, err := Plan(v, o, Desired{}); !strings.Contains(fmt.Sprint(err), "not built") {
+		t.Errorf("a cache partition that is not the pool's: %v", err)
 	}
 }

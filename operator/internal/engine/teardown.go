@@ -45,6 +45,10 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		return res, err
 	}
 	cacheOurs, backingOurs := ours(v, o)
+	if v.Carved() {
+		// The cache set is the pool's, serving its other volumes: the pool's teardown removes it.
+		cacheOurs = false
+	}
 	if o.BackingSB != nil && !backingOurs {
 		return res, &Refusal{Reason: ReasonCarriesData, Field: "backingDevice.path",
 			Message: fmt.Sprintf("%s carries a bcache superblock labelled %q of cache set %s, not this volume's: not touching it", o.Backing.DevPath, o.BackingSB.Label(), o.BackingSB.SetUUID())}
@@ -121,6 +125,17 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
+	}
+	if v.Carved() && o.LV != nil && (backingOurs || o.BackingSB == nil) {
+		// Its space goes back to the pool; only a logical volume of this name and tag is removed.
+		if !o.LV.HasTag(v.LogicalVolumeTag()) {
+			return res, &Refusal{Reason: ReasonCarriesData, Field: "pool.name",
+				Message: fmt.Sprintf("%s is not tagged %s: not removing it", v.BackingPath(), v.LogicalVolumeTag())}
+		}
+		if err := e.whenReleased(ctx, "lvremove", func() error { return e.Run.RemoveLogicalVolume(ctx, v.Pool.VolumeGroup(), v.LogicalVolume()) }); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "removed logical volume "+v.BackingPath()+", its space back in pool "+v.Pool.Name)
 	}
 	if cacheOurs {
 		if err := e.eraseCachePartition(ctx, &o.CacheSide); err != nil {

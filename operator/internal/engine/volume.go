@@ -25,6 +25,64 @@ type Volume struct {
 	// AcceptedCacheLoss is the flashcache.io/accept-cache-loss annotation: the cache device path
 	// whose dirty data a person has given up. It counts only while it names the spec's path.
 	AcceptedCacheLoss string
+	// Pool is the pool spec.pool names, read by the front end, for a carved volume.
+	Pool *Pool
+}
+
+// Carved says the volume is a share of a pool rather than whole devices.
+func (v Volume) Carved() bool { return v.Spec.Pool != nil }
+
+// CachePath is the cache device the volume uses: its own, or its pool's.
+func (v Volume) CachePath() string {
+	if v.Carved() {
+		if v.Pool == nil {
+			return ""
+		}
+		return v.Pool.Spec.CacheDevice.Path
+	}
+	return v.Spec.CacheDevice.Path
+}
+
+// BackingPath is the backing device the volume names: its own disk, or its logical volume in
+// its pool's volume group. Empty for an iSCSI LUN, found through its session.
+func (v Volume) BackingPath() string {
+	if v.Carved() {
+		if v.Pool == nil {
+			return ""
+		}
+		return "/dev/" + v.Pool.VolumeGroup() + "/" + v.LogicalVolume()
+	}
+	return v.Spec.BackingDevice.Path
+}
+
+// LogicalVolume is the name of a carved volume's logical volume in its pool's group.
+func (v Volume) LogicalVolume() string { return "fc-" + v.Name }
+
+// LogicalVolumeTag marks a logical volume as the volume's.
+func (v Volume) LogicalVolumeTag() string { return "flashcache.io/volume=" + v.Name }
+
+// cacheLabel is the GPT name of the cache partition the volume uses: its own, or its pool's.
+func (v Volume) cacheLabel() string {
+	if v.Carved() && v.Pool != nil {
+		return v.Pool.Label()
+	}
+	return v.Label()
+}
+
+// overProvisionPercent is the spare area of the cache device the volume uses.
+func (v Volume) overProvisionPercent() int32 {
+	if v.Carved() && v.Pool != nil {
+		return v.Pool.Spec.EffectiveOverProvisionPercent()
+	}
+	return v.Spec.EffectiveOverProvisionPercent()
+}
+
+// cacheField is the spec field that names the cache device the volume uses.
+func (v Volume) cacheField() string {
+	if v.Carved() {
+		return "pool.name"
+	}
+	return "cacheDevice.path"
 }
 
 // VolumeOf is the engine's view of a FlashCacheVolume, from the API server or a volume file.

@@ -218,7 +218,7 @@ func Read(ctx context.Context, r io.Reader) (*File, error) {
 		seen[fcv.Name] = true
 		volumes = append(volumes, engine.VolumeOf(&fcv))
 	}
-	for _, vol := range volumes {
+	for i, vol := range volumes {
 		// A carved volume's pool is on the same host, so in the same file.
 		if ref := vol.Spec.Pool; ref != nil {
 			pool, ok := pools[ref.Name]
@@ -227,6 +227,8 @@ func Read(ctx context.Context, r io.Reader) (*File, error) {
 				problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.pool.name: no FlashCachePool %q in the file", vol.Name, ref.Name))
 			case pool.Spec.NodeName != vol.Spec.NodeName:
 				problems = append(problems, fmt.Errorf("FlashCacheVolume %q: spec.nodeName: %q, but pool %q is on %q", vol.Name, vol.Spec.NodeName, ref.Name, pool.Spec.NodeName))
+			default:
+				volumes[i].Pool = &pool
 			}
 		}
 	}

@@ -220,8 +220,8 @@ func TestPoolsAreReadDefaultedAndCheckedWithTheirCRD(t *testing.T) {
 	if p.Name != "db1" || len(p.Spec.BackingDevices) != 2 || p.Spec.ReplacementPolicy != "lru" || *p.Spec.CacheDevice.OverProvisionPercent != 20 {
 		t.Errorf("pool not read or not defaulted: %+v", p)
 	}
-	if v := f.Volumes[0].Spec; v.Pool == nil || v.Pool.Size.Value() != 10<<30 {
-		t.Errorf("carved volume: %+v", v)
+	if v := f.Volumes[0]; v.Spec.Pool == nil || v.Spec.Pool.Size.Value() != 10<<30 || v.Pool == nil || v.Pool.Name != "db1" {
+		t.Errorf("carved volume, or its pool not given to it: %+v", v)
 	}
 	cases := []struct{ name, file, want string }{
 		{"a pool's rule", strings.Replace(poolAndCarvedVolume, "ata-b", "nvme-a", 1), `FlashCachePool "db1" is invalid`},

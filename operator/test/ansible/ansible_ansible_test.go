@@ -99,9 +99,9 @@ func (b *bed) nodeStatusOf(t *testing.T, name string) (dirty int64, mode string)
 			} `json:"status"`
 		} `json:"volumes"`
 	}
-	out := b.sh(t, "flashcache node status --config /etc/flashcache/volumes.yaml -o json")
+	out := b.sh(t, "flashcache node status --config /etc/flashcache/volumes.yaml -o json --volume "+name)
 	if err := json.Unmarshal([]byte(out), &report); err != nil || len(report.Volumes) != 1 || report.Volumes[0].Name != name {
-		t.Fatalf("node status, want volume %s only: %v\n%s", name, err, out)
+		t.Fatalf("node status, want volume %s: %v\n%s", name, err, out)
 	}
 	return report.Volumes[0].Status.DirtyBytes, report.Volumes[0].Status.CacheMode
 }
@@ -353,7 +353,67 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 		}
 	})
 
+	t.Run("APoolWithTwoCarvedVolumes", func(t *testing.T) { testPool(t, b, nvme, hdd) })
 	t.Run("ISCSIBackingLUNWithCHAP", func(t *testing.T) { testISCSI(t, b, nvme, hdd) })
+}
+
+// testPool builds a pool of the SSD and the disk with two volumes carved from it, each with its
+// own threshold, and tears it all down again.
+func testPool(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
+	raw, err := json.Marshal(map[string]any{
+		"flashcache_pools": []map[string]any{{
+			"name": "db", "cacheDevice": map[string]any{"path": nvme.ByID()},
+			"backingDevices": []map[string]any{{"path": hdd.ByID()}},
+		}},
+		"flashcache_volumes": []map[string]any{
+			{"name": "pool-a", "pool": map[string]any{"name": "db", "size": "256Mi"}, "safety": map[string]any{"trustWriteCache": true}},
+			{"name": "pool-b", "pool": map[string]any{"name": "db", "size": "128Mi"}, "dirtyThresholdPercent": 20, "safety": map[string]any{"trustWriteCache": true}},
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := string(raw)
+	t.Run("ProvisionBuildsThePoolThenItsVolumes", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "provision.yml", "-e", vars)
+		if !ok || r.changed == 0 {
+			t.Fatalf("provision: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		if got := b.sh(t, "lvs --noheadings -o lv_name fcp-db | sort | tr -s ' \\n' ' '"); strings.TrimSpace(got) != "fc-pool-a fc-pool-b" {
+			t.Errorf("logical volumes of the pool: %q", got)
+		}
+		for name, percent := range map[string]string{"pool-a": "40", "pool-b": "20"} {
+			if _, mode := b.nodeStatusOf(t, name); mode != "writeback" {
+				t.Errorf("%s: cache mode %s, want writeback", name, mode)
+			}
+			if got := b.sh(t, "cat /sys/block/$(basename $(readlink -f /dev/flashcache/"+name+"))/bcache/writeback_percent"); got != percent {
+				t.Errorf("%s: writeback_percent %s, want %s", name, got, percent)
+			}
+		}
+	})
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Run("SecondRunChangesNothing", func(t *testing.T) {
+		if out, r, ok := b.playbook(t, "provision.yml", "-e", vars); !ok || r.changed != 0 {
+			t.Errorf("second run: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+	})
+	t.Run("CheckModeChangesNothing", func(t *testing.T) {
+		if out, r, ok := b.playbook(t, "provision.yml", "--check", "--diff", "-e", vars); !ok || r.changed != 0 {
+			t.Errorf("check mode: ok=%v, recap %+v, want changed=0\n%s", ok, r, tail(out))
+		}
+	})
+	t.Run("TeardownRemovesTheVolumesThenThePool", func(t *testing.T) {
+		out, r, ok := b.playbook(t, "teardown.yml", "-e", "flashcache_teardown_confirm=vm", "-e", vars)
+		if !ok || r.changed == 0 {
+			t.Fatalf("teardown: ok=%v, recap %+v\n%s", ok, r, tail(out))
+		}
+		if got := b.sh(t, "ls /dev/flashcache/ 2>/dev/null; wipefs --no-act --noheadings "+nvme.ByID()+" "+hdd.ByID()+"; vgs --noheadings fcp-db 2>&1 || true"); strings.Contains(got, "pool-") ||
+			strings.Contains(got, "LVM2") || strings.Contains(got, "bcache") || strings.Contains(got, "gpt") {
+			t.Errorf("after teardown: %q", got)
+		}
+	})
 }
 
 // testISCSI builds a volume whose backing device is an iSCSI LUN (the guest serves the torn-down

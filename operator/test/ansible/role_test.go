@@ -64,11 +64,14 @@ func schemaNames(prefix string, s schema, out map[string]bool) {
 	for name, p := range s.Properties {
 		out[prefix+name] = true
 		schemaNames(prefix+name+".", p, out)
+		if p.Items != nil {
+			schemaNames(prefix+name+".", *p.Items, out)
+		}
 	}
 }
 
-// A volume in the role's variables has exactly the fields of the CRD's spec (plus its name), so
-// a spec moves between kubectl and Ansible unchanged.
+// A volume or a pool in the role's variables has exactly the fields of its CRD's spec (plus its
+// name), so a spec moves between kubectl and Ansible unchanged.
 func TestRoleVolumeOptionsAreTheCRDsSpec(t *testing.T) {
 	var specs struct {
 		ArgumentSpecs map[string]struct {
@@ -78,13 +81,22 @@ func TestRoleVolumeOptionsAreTheCRDsSpec(t *testing.T) {
 		} `json:"argument_specs"`
 	}
 	roleFile(t, "meta/argument_specs.yml", &specs)
+	for variable, crdFile := range map[string]string{
+		"flashcache_volumes": "flashcache.io_flashcachevolumes.yaml",
+		"flashcache_pools":   "flashcache.io_flashcachepools.yaml",
+	} {
+		optionsAreTheSpec(t, variable, specs.ArgumentSpecs["main"].Options[variable].Options, crdFile)
+	}
+}
+
+func optionsAreTheSpec(t *testing.T, variable string, options map[string]specOption, crdFile string) {
 	role := map[string]bool{}
-	names("", specs.ArgumentSpecs["main"].Options["flashcache_volumes"].Options, role)
+	names("", options, role)
 	// The object's metadata, not its spec.
 	delete(role, "name")
 	delete(role, "annotations")
 
-	raw, err := os.ReadFile(filepath.Join(testenv.CRDDir(), "flashcache.io_flashcachevolumes.yaml"))
+	raw, err := os.ReadFile(filepath.Join(testenv.CRDDir(), crdFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +116,12 @@ func TestRoleVolumeOptionsAreTheCRDsSpec(t *testing.T) {
 	schemaNames("", crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"], api)
 	for name := range api {
 		if !role[name] {
-			t.Errorf("the CRD's spec.%s is not an option of flashcache_volumes in meta/argument_specs.yml", name)
+			t.Errorf("%s's spec.%s is not an option of %s in meta/argument_specs.yml", crdFile, name, variable)
 		}
 	}
 	for name := range role {
 		if !api[name] {
-			t.Errorf("flashcache_volumes option %s is not a field of the CRD's spec", name)
+			t.Errorf("%s option %s is not a field of %s's spec", variable, name, crdFile)
 		}
 	}
 }

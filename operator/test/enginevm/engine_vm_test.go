@@ -286,9 +286,11 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"TeardownRemovesOnlyWhatItMade", testTeardown},
 		{"WearCrossingTheLimitWhileRunningIsFlushedAndHeldInWritethrough", testWearWhileRunning},
 		{"PoolRefusesADiskWithDataAndKeepsIt", testPoolRefusesData},
-		{"PoolFromBlankDisksIsACacheSetAndAVolumeGroup", testPoolBuild},
+		{"PoolFromBlankDisksIsACacheSetAndAVolumeGroupWithTwoCarvedVolumes", testPoolBuild},
+		{"CarvedVolumesKeepTheirOwnDataAndDirtyData", testCarvedVolumesKeepTheirOwnData},
 		{"PoolGrowsByADiskAddedToItsSpec", testPoolGrows},
-		{"PoolTeardownLeavesBlankDisksAndBuildsAgain", testPoolTeardown},
+		{"CarvedVolumeTeardownGivesItsSpaceBack", testCarvedVolumeTeardownGivesItsSpaceBack},
+		{"PoolTeardownWaitsForItsVolumesThenLeavesBlankDisks", testPoolTeardown},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, func(t *testing.T) { s.fn(t, g) }) {

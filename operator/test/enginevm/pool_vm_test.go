@@ -88,19 +88,37 @@ func testPoolRefusesData(t *testing.T, g *guest) {
 	}
 }
 
-func testPoolBuild(t *testing.T, g *guest) {
-	carved := `---
+// carvedVolumes are two volumes of pool db with different modes of writeback and thresholds:
+// bcache keeps those per backing device.
+const carvedVolumes = `---
 apiVersion: flashcache.io/v1alpha1
 kind: FlashCacheVolume
-metadata: {name: carved}
+metadata: {name: carved-a}
 spec:
   nodeName: vm
   pool: {name: db, size: 256Mi}
+  dirtyThresholdPercent: 40
+  flushPeriod: 0s
+  sequentialCutoff: "0"
+  safety: {trustWriteCache: true}
+---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: carved-b}
+spec:
+  nodeName: vm
+  pool: {name: db, size: 128Mi}
+  dirtyThresholdPercent: 30
+  flushPeriod: 0s
+  sequentialCutoff: "0"
+  safety: {trustWriteCache: true}
 `
-	g.poolFile(t, "pool.yaml", []vmharness.Disk{poolHDD1}, carved)
+
+func testPoolBuild(t *testing.T, g *guest) {
+	g.poolFile(t, "pool.yaml", []vmharness.Disk{poolHDD1}, carvedVolumes)
 	r, code, stderr := g.node(t, "apply", "pool.yaml")
-	if len(r.Pools) != 1 || r.Pools[0].Error != nil || !r.Pools[0].Changed || r.Pools[0].Status == nil {
-		t.Fatalf("pool apply: exit %d, %+v\n%s", code, r.Pools, stderr)
+	if code != 0 || len(r.Pools) != 1 || r.Pools[0].Error != nil || !r.Pools[0].Changed || r.Pools[0].Status == nil {
+		t.Fatalf("pool apply: exit %d, %+v\n%s\n%s", code, r.Pools, r, stderr)
 	}
 	var kinds []string
 	for _, s := range r.Pools[0].Steps {
@@ -109,11 +127,6 @@ spec:
 	t.Logf("pool built in steps: %s", strings.Join(kinds, " "))
 	if !r.Pools[0].Steps[0].Discard {
 		t.Errorf("the SSD was not discarded before partitioning: %+v", r.Pools[0].Steps[0])
-	}
-	// The carved volume is refused naming its field, after the pool was built: nothing else is
-	// touched for it.
-	if code == 0 || len(r.Volumes) != 1 || r.Volumes[0].Error == nil || r.Volumes[0].Error.Field != "pool" || r.Volumes[0].Error.Reason != "PoolVolumesUnsupported" {
-		t.Errorf("carved volume: exit %d\n%s", code, r)
 	}
 
 	st := r.Pools[0].Status
@@ -129,26 +142,84 @@ spec:
 	if name := g.sh(t, "sfdisk --part-label /dev/"+ssd+" 1"); name != "fcp-db" {
 		t.Errorf("cache partition named %q, want fcp-db", name)
 	}
-	vg := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_name,pv_count,vg_size,vg_free,vg_tags fcp-db")
+	vg := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_name,pv_count,vg_size,vg_tags fcp-db")
 	f := strings.Fields(vg)
-	if len(f) != 5 || f[0] != "fcp-db" || f[1] != "1" || f[4] != "flashcache.io/pool=db" {
+	if len(f) != 4 || f[0] != "fcp-db" || f[1] != "1" || f[3] != "flashcache.io/pool=db" {
 		t.Fatalf("volume group: %q", vg)
 	}
-	size, _ := strconv.ParseInt(f[2], 10, 64)
-	if size != st.CapacityBytes || size < poolHDD1.Size*99/100 || st.AllocatableBytes != size || st.Volumes != 0 {
-		t.Errorf("volume group of %d bytes, status %+v: want the whole HDD, all of it free, no volume", size, *st)
+	if size, _ := strconv.ParseInt(f[2], 10, 64); size != st.CapacityBytes || size < poolHDD1.Size*99/100 {
+		t.Errorf("volume group of %d bytes, status %+v: want the whole HDD", size, *st)
 	}
-	if pv := g.sh(t, "pvs --noheadings -o vg_name "+poolHDD1.ByID()); strings.TrimSpace(pv) != "fcp-db" {
-		t.Errorf("%s is in volume group %q", poolHDD1.ByID(), pv)
+
+	// Both volumes: a logical volume each, attached to the pool's one cache set, each with its
+	// own threshold.
+	if len(r.Volumes) != 2 {
+		t.Fatalf("volumes: %s", r)
+	}
+	for i, want := range []struct {
+		name    string
+		size    int64
+		percent string
+	}{{"carved-a", 256 << 20, "40"}, {"carved-b", 128 << 20, "30"}} {
+		v := r.Volumes[i]
+		if v.Error != nil || v.Status == nil || v.Status.CacheSetUUID != st.CacheSetUUID || v.Status.CacheMode != "writeback" {
+			t.Fatalf("%s: %s", want.name, r)
+		}
+		lv := g.sh(t, "lvs --noheadings --units b --nosuffix -o lv_size,lv_tags fcp-db/fc-"+want.name)
+		if lf := strings.Fields(lv); len(lf) != 2 || lf[0] != strconv.FormatInt(want.size, 10) || lf[1] != "flashcache.io/volume="+want.name {
+			t.Errorf("%s: logical volume %q", want.name, lv)
+		}
+		dev := g.sh(t, "basename $(readlink -f /dev/flashcache/"+want.name+")")
+		if got := g.sh(t, "cat /sys/block/"+dev+"/bcache/writeback_percent"); got != want.percent {
+			t.Errorf("%s: writeback_percent %s, want %s", want.name, got, want.percent)
+		}
+		if v.Status.CapacityBytes > want.size || v.Status.CapacityBytes < want.size-4<<20 {
+			t.Errorf("%s: %d bytes for a %d-byte logical volume", want.name, v.Status.CapacityBytes, want.size)
+		}
+	}
+	if st.Volumes != 2 || st.AllocatableBytes != st.CapacityBytes-(256+128)<<20 {
+		t.Errorf("pool status %+v after two volumes of 256 and 128 MiB", *st)
 	}
 
 	r, code, _ = g.node(t, "apply", "pool.yaml")
-	if len(r.Pools) != 1 || r.Pools[0].Changed || r.Pools[0].Error != nil {
-		t.Errorf("second apply of the pool: exit %d, %+v", code, r.Pools)
+	if code != 0 || r.Changed {
+		t.Errorf("second apply: exit %d\n%s%+v", code, r, r.Pools)
 	}
 	r, code, _ = g.node(t, "plan", "pool.yaml")
-	if len(r.Pools) != 1 || len(r.Pools[0].Steps) != 0 {
-		t.Errorf("plan of a built pool: exit %d, %+v", code, r.Pools)
+	if code != 0 || len(r.Pools) != 1 || len(r.Pools[0].Steps) != 0 || r.stepKinds() != "" {
+		t.Errorf("plan of a built pool: exit %d, %+v\n%s", code, r.Pools, r)
+	}
+}
+
+func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
+	dirty := func(name string) int64 {
+		// bcache prints dirty_data as 32.0M.
+		n, err := strconv.ParseInt(g.sh(t, "numfmt --from=iec $(cat /sys/block/$(basename $(readlink -f /dev/flashcache/"+name+"))/bcache/dirty_data)"), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, name := range []string{"carved-a", "carved-b"} {
+		g.sh(t, "head -c 32M /dev/urandom > /root/"+name+".bin && sha256sum < /root/"+name+".bin > /root/"+name+".sum && "+
+			"dd if=/root/"+name+".bin of=/dev/flashcache/"+name+" bs=1M oflag=direct status=none")
+	}
+	if a, b := dirty("carved-a"), dirty("carved-b"); a < 16<<20 || b < 16<<20 {
+		t.Fatalf("dirty after writing 32 MiB to each: %d and %d bytes", a, b)
+	}
+	// A flush of one volume writes back its own dirty data, and leaves the other's on the SSD.
+	r, code, stderr := g.node(t, "flush", "pool.yaml", "--volume", "carved-a")
+	if code != 0 || r.Volumes[0].Flush == nil || r.Volumes[0].Flush.FlushedBytes < 16<<20 {
+		t.Fatalf("flush of carved-a: exit %d\n%s%s", code, r, stderr)
+	}
+	if a, b := dirty("carved-a"), dirty("carved-b"); a != 0 || b < 16<<20 {
+		t.Errorf("after flushing carved-a: %d bytes dirty on it, %d on carved-b (want 0, and carved-b's untouched)", a, b)
+	}
+	if _, code, _ := g.node(t, "release", "pool.yaml", "--volume", "carved-a"); code != 0 {
+		t.Fatalf("release of carved-a: exit %d", code)
+	}
+	for _, name := range []string{"carved-a", "carved-b"} {
+		g.sh(t, "echo 3 > /proc/sys/vm/drop_caches; test \"$(dd if=/dev/flashcache/"+name+" bs=1M count=32 iflag=direct status=none | sha256sum)\" = \"$(cat /root/"+name+".sum)\"")
 	}
 }
 
@@ -173,18 +244,37 @@ func testPoolGrows(t *testing.T, g *guest) {
 	}
 }
 
+func testCarvedVolumeTeardownGivesItsSpaceBack(t *testing.T, g *guest) {
+	before := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_free fcp-db")
+	r, code, stderr := g.node(t, "teardown", "pool.yaml", "--volume", "carved-a", "--confirm")
+	if code != 0 || len(r.Pools) != 0 || r.Volumes[0].Teardown == nil || !r.Volumes[0].Teardown.Changed {
+		t.Fatalf("teardown of carved-a: exit %d\n%s%+v\n%s", code, r, r.Pools, stderr)
+	}
+	t.Logf("teardown of carved-a: %v", r.Volumes[0].Teardown.Steps)
+	if out := g.sh(t, "lvs --noheadings -o lv_name fcp-db"); strings.Contains(out, "fc-carved-a") || !strings.Contains(out, "fc-carved-b") {
+		t.Errorf("logical volumes after carved-a's teardown: %q", out)
+	}
+	after := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_free fcp-db")
+	b, _ := strconv.ParseInt(strings.TrimSpace(before), 10, 64)
+	a, _ := strconv.ParseInt(strings.TrimSpace(after), 10, 64)
+	if a-b != 256<<20 {
+		t.Errorf("free space %d -> %d: want carved-a's 256 MiB back", b, a)
+	}
+	// The pool's cache set still serves carved-b, with its data.
+	g.sh(t, "echo 3 > /proc/sys/vm/drop_caches; test \"$(dd if=/dev/flashcache/carved-b bs=1M count=32 iflag=direct status=none | sha256sum)\" = \"$(cat /root/carved-b.sum)\"")
+	g.sh(t, "test ! -e /dev/flashcache/carved-a")
+}
+
 func testPoolTeardown(t *testing.T, g *guest) {
-	// An LV of the group stands for a carved volume: the pool is refused while it exists.
-	g.sh(t, "lvcreate -q -y -n squatter -L 64m fcp-db >/dev/null")
+	// carved-b is still carved from the pool: the pool is refused while it exists.
 	r, code, _ := g.node(t, "teardown", "pool2.yaml", "--confirm")
-	if code == 0 || len(r.Pools) != 1 || r.Pools[0].Error == nil || r.Pools[0].Error.Reason != "PoolInUse" || !strings.Contains(r.Pools[0].Error.Message, "squatter") {
+	if code == 0 || len(r.Pools) != 1 || r.Pools[0].Error == nil || r.Pools[0].Error.Reason != "PoolInUse" || !strings.Contains(r.Pools[0].Error.Message, "fc-carved-b") {
 		t.Fatalf("teardown of a pool with a volume: exit %d, %+v", code, r.Pools)
 	}
-	g.sh(t, "lvremove -q -y fcp-db/squatter >/dev/null")
-
-	r, code, stderr := g.node(t, "teardown", "pool2.yaml", "--confirm")
+	// The whole file: its volumes first, then the pool.
+	r, code, stderr := g.node(t, "teardown", "pool.yaml", "--confirm")
 	if code != 0 || len(r.Pools) != 1 || r.Pools[0].Teardown == nil || !r.Pools[0].Teardown.Changed {
-		t.Fatalf("pool teardown: exit %d, %+v\n%s", code, r.Pools, stderr)
+		t.Fatalf("pool teardown: exit %d, %+v\n%s\n%s", code, r.Pools, r, stderr)
 	}
 	t.Logf("pool teardown: %v", r.Pools[0].Teardown.Steps)
 	if sigs := g.sh(t, "wipefs --no-act "+poolCache.ByID()+" "+poolHDD1.ByID()+" "+poolHDD2.ByID()); sigs != "" {
