@@ -59,7 +59,9 @@ type Observation struct {
 }
 
 // backingMissing says a carved volume's logical volume is not there (yet) as a device.
-func (o *Observation) backingMissing(v Volume) bool { return v.Carved() && (o.LV == nil || !o.LV.Active) }
+func (o *Observation) backingMissing(v Volume) bool {
+	return v.Carved() && (o.LV == nil || !o.LV.Active)
+}
 
 // backingKnobs are the backing device's tunables the engine manages.
 var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label",
