@@ -291,7 +291,7 @@ func (r *Reconciler) pool(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*eng
 	if err := r.Get(ctx, types.NamespacedName{Name: fcv.Spec.Pool.Name}, &pool); err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil, &engine.Refusal{Reason: engine.ReasonPoolNotReady, Field: "pool.name",
-				Message: fmt.Sprintf("there is no FlashCachePool %s", fcv.Spec.Pool.Name)}
+				Message: fmt.Sprintf("there is no FlashCachePool %s on node %s", fcv.Spec.Pool.Name, r.NodeName)}
 		}
 		return nil, fmt.Errorf("reading pool %s: %w", fcv.Spec.Pool.Name, err)
 	}
@@ -446,6 +446,8 @@ func (r *Reconciler) now() time.Time {
 func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fcv1.FlashCacheVolume{}).
+		// A volume waiting for its pool is built as soon as the pool is.
+		Watches(&fcv1.FlashCachePool{}, handler.EnqueueRequestsFromMapFunc(r.volumesOfPool)).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allVolumes),
 			builder.WithPredicates(predicate.Funcs{
 				UpdateFunc: func(e event.UpdateEvent) bool {

@@ -90,6 +90,7 @@ func runAgent(opts agentOptions) error {
 		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
 			&fcv1.FlashCacheVolume{}: {Field: fields.OneTermEqualSelector("spec.nodeName", opts.nodeName)},
 			&corev1.Node{}:           {Field: fields.OneTermEqualSelector("metadata.name", opts.nodeName)},
+			&fcv1.FlashCachePool{}:   {Field: fields.OneTermEqualSelector("spec.nodeName", opts.nodeName)},
 		}},
 		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress: opts.probeAddr,
@@ -110,6 +111,10 @@ func runAgent(opts agentOptions) error {
 	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the agent: %w", err)
+	}
+	pools := &agent.PoolReconciler{Client: mgr.GetClient(), NodeName: opts.nodeName, Engine: r.Engine, Recorder: mgr.GetEventRecorder("flashcache-agent")}
+	if err := pools.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the agent's pools: %w", err)
 	}
 	if err := mgr.Add(r); err != nil {
 		return fmt.Errorf("adding the start-up pass: %w", err)

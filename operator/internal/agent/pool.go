@@ -1,0 +1,198 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	fcv1ac "github.com/flashcache/flashcache/operator/internal/applyconfiguration/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
+)
+
+// PoolFinalizer keeps a pool's object until the agent of its node has torn it down.
+const PoolFinalizer = "flashcache.io/pool-teardown"
+
+// PoolReconciler builds the pools of this node (the SSD as one cache set, the slow disks as one
+// volume group) and reports their capacity; a deleted pool is torn down once no volume is carved
+// from it.
+type PoolReconciler struct {
+	client.Client
+	NodeName string
+	Engine   *engine.Engine
+	Recorder events.EventRecorder
+}
+
+// +kubebuilder:rbac:groups=flashcache.io,resources=flashcachepools,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=flashcache.io,resources=flashcachepools/status,verbs=get;update;patch
+
+// retryPool is how often a pool that failed for a reason a person must fix is looked at again.
+const retryPool = 2 * time.Minute
+
+// Reconcile brings one pool of this node to its spec and reports it.
+func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var pool fcv1.FlashCachePool
+	if err := r.Get(ctx, req.NamespacedName, &pool); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if pool.Spec.NodeName != r.NodeName {
+		return ctrl.Result{}, nil
+	}
+	p := engine.PoolOf(&pool)
+	if !pool.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, &pool, p)
+	}
+	if !controllerutil.ContainsFinalizer(&pool, PoolFinalizer) {
+		// Before any device is touched: a pool deleted from now on waits for its teardown.
+		controllerutil.AddFinalizer(&pool, PoolFinalizer)
+		if err := r.Update(ctx, &pool); err != nil {
+			return ctrl.Result{}, fmt.Errorf("adding the finalizer of pool %s: %w", pool.Name, err)
+		}
+	}
+	unlock, err := engine.LockPool(ctx, p, lockWait)
+	if err != nil {
+		if errors.Is(err, engine.ErrBusy) {
+			return ctrl.Result{RequeueAfter: retryBusy}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	defer unlock()
+	res, err := r.Engine.ApplyPool(ctx, p)
+	if err != nil {
+		return r.poolFailed(ctx, &pool, "apply", err)
+	}
+	if res.Changed {
+		r.Recorder.Eventf(&pool, nil, corev1.EventTypeNormal, fcv1.ReasonProvisioned, "Apply", "%d steps: the cache set and the volume group are ready", len(res.Steps))
+	}
+	msg := fmt.Sprintf("cache set %s on %s of the SSD; volume group %s, %s of %s free",
+		res.Status.CacheSetUUID, quantity(res.Status.CacheCapacityBytes), res.Status.VolumeGroup,
+		quantity(res.Status.AllocatableBytes), quantity(res.Status.CapacityBytes))
+	return ctrl.Result{}, r.applyPoolStatus(ctx, &pool, &res.Status, fcv1.PoolPhaseReady,
+		condition(fcv1.ConditionProvisioned, metav1.ConditionTrue, fcv1.ReasonProvisioned, msg))
+}
+
+func (r *PoolReconciler) reconcileDelete(ctx context.Context, pool *fcv1.FlashCachePool, p engine.Pool) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(pool, PoolFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	unlock, err := engine.LockPool(ctx, p, lockWait)
+	if err != nil {
+		if errors.Is(err, engine.ErrBusy) {
+			return ctrl.Result{RequeueAfter: retryBusy}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	defer unlock()
+	if _, err := r.Engine.TeardownPool(ctx, p); err != nil {
+		return r.poolFailed(ctx, pool, "teardown", err)
+	}
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeNormal, fcv1.ReasonTornDown, "Teardown", "removed the cache set and the volume group")
+	controllerutil.RemoveFinalizer(pool, PoolFinalizer)
+	if err := r.Update(ctx, pool); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, fmt.Errorf("removing the finalizer of pool %s: %w", pool.Name, err)
+	}
+	logf.FromContext(ctx).Info("tore the pool down")
+	return ctrl.Result{}, nil
+}
+
+// poolFailed reports an engine error on the pool, as failed does on a volume.
+func (r *PoolReconciler) poolFailed(ctx context.Context, pool *fcv1.FlashCachePool, op string, err error) (ctrl.Result, error) {
+	class := engine.Classify(err)
+	logf.FromContext(ctx).Error(err, "engine run on the pool failed", "operation", op, "reason", class.Reason)
+	r.Recorder.Eventf(pool, nil, corev1.EventTypeWarning, class.Reason, op, "%s: %v", op, err)
+	phase := fcv1.PoolPhaseFailed
+	if !pool.DeletionTimestamp.IsZero() {
+		phase = fcv1.PoolPhaseDeleting
+	}
+	cond := condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, class.Reason, err.Error())
+	if serr := r.applyPoolStatus(ctx, pool, nil, phase, cond); serr != nil {
+		return ctrl.Result{}, serr
+	}
+	if class.Retry == engine.RetryWithBackoff {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: retryPool}, nil
+}
+
+// applyPoolStatus writes the agent's part of the pool's status; s is nil when the host could not
+// be read, and the capacity last reported stays.
+func (r *PoolReconciler) applyPoolStatus(ctx context.Context, pool *fcv1.FlashCachePool, s *engine.PoolStatus, phase fcv1.PoolPhase, c *metav1.Condition) error {
+	status := fcv1ac.FlashCachePoolStatus().WithPhase(phase).WithObservedGeneration(pool.Generation)
+	if s != nil {
+		status.WithCacheSetUUID(s.CacheSetUUID).WithVolumeGroup(s.VolumeGroup).
+			WithCacheCapacity(*resource.NewQuantity(s.CacheCapacityBytes, resource.BinarySI)).
+			WithCapacity(*resource.NewQuantity(s.CapacityBytes, resource.BinarySI)).
+			WithAllocatable(*resource.NewQuantity(s.AllocatableBytes, resource.BinarySI)).
+			WithVolumes(int32(s.Volumes))
+	} else {
+		old := pool.Status
+		status.WithCacheSetUUID(old.CacheSetUUID).WithVolumeGroup(old.VolumeGroup).WithVolumes(old.Volumes)
+		for _, q := range []struct {
+			v   *resource.Quantity
+			set func(resource.Quantity) *fcv1ac.FlashCachePoolStatusApplyConfiguration
+		}{{old.CacheCapacity, status.WithCacheCapacity}, {old.Capacity, status.WithCapacity}, {old.Allocatable, status.WithAllocatable}} {
+			if q.v != nil {
+				q.set(*q.v)
+			}
+		}
+	}
+	since := metav1.NewTime(time.Now())
+	if old := meta.FindStatusCondition(pool.Status.Conditions, c.Type); old != nil && old.Status == c.Status {
+		since = old.LastTransitionTime
+	}
+	status.WithConditions(metav1ac.Condition().WithType(c.Type).WithStatus(c.Status).WithReason(c.Reason).
+		WithMessage(c.Message).WithObservedGeneration(pool.Generation).WithLastTransitionTime(since))
+	ac := fcv1ac.FlashCachePool(pool.Name).WithStatus(status)
+	if err := r.Status().Apply(ctx, ac, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return fmt.Errorf("applying status of pool %s: %w", pool.Name, err)
+	}
+	return nil
+}
+
+func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
+
+// SetupWithManager watches the pools; their volumes are requeued by the volume reconciler's own
+// watch of pools.
+func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fcv1.FlashCachePool{}).
+		WithOptions(controller.Options{
+			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
+		}).
+		Named("agent-pool").
+		Complete(r)
+}
+
+// volumesOfPool are the requests of this node's volumes carved from a pool, so that a volume
+// waiting for its pool (PoolNotReady) is built as soon as the pool is.
+func (r *Reconciler) volumesOfPool(ctx context.Context, o client.Object) []reconcile.Request {
+	var list fcv1.FlashCacheVolumeList
+	if err := r.List(ctx, &list); err != nil {
+		logf.FromContext(ctx).Error(err, "listing volumes after a pool change")
+		return nil
+	}
+	var reqs []reconcile.Request
+	for _, fcv := range list.Items {
+		if fcv.Spec.Pool != nil && fcv.Spec.Pool.Name == o.GetName() {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: fcv.Name}})
+		}
+	}
+	return reqs
+}
