@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -168,11 +169,18 @@ func (r *PoolReconciler) applyPoolStatus(ctx context.Context, pool *fcv1.FlashCa
 
 func quantity(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
 
-// SetupWithManager watches the pools; their volumes are requeued by the volume reconciler's own
-// watch of pools.
+// SetupWithManager watches the pools, and the volumes carved from them: a volume built or gone
+// changes its pool's free space, and a deleted pool waits for its last volume's teardown.
+// (The volume reconciler requeues a pool's volumes when the pool changes.)
 func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fcv1.FlashCachePool{}).
+		Watches(&fcv1.FlashCacheVolume{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			if fcv, ok := o.(*fcv1.FlashCacheVolume); ok && fcv.Spec.Pool != nil {
+				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: fcv.Spec.Pool.Name}}}
+			}
+			return nil
+		})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 		}).

@@ -543,6 +543,9 @@ spec:
 		}
 	})
 
+	// The disks are blank again: a pool of them, with two volumes carved from it.
+	t.Run("APoolAndItsCarvedVolumesThroughTheAgent", func(t *testing.T) { testPoolThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
+
 	// The disks are blank again: the HDD becomes an iSCSI LUN behind the same NVMe.
 	t.Run("ISCSIBackingLUN", func(t *testing.T) { testISCSIThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
 
