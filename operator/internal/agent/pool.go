@@ -67,25 +67,22 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer of pool %s: %w", pool.Name, err)
 		}
 	}
-	unlock, err := engine.LockPool(ctx, p, lockWait)
-	if err != nil {
-		if errors.Is(err, engine.ErrBusy) {
-			return ctrl.Result{RequeueAfter: retryBusy}, nil
-		}
-		return ctrl.Result{}, err
+	unlock, res, err := lockPool(ctx, p)
+	if unlock == nil {
+		return res, err
 	}
 	defer unlock()
-	res, err := r.Engine.ApplyPool(ctx, p)
+	applied, err := r.Engine.ApplyPool(ctx, p)
 	if err != nil {
 		return r.poolFailed(ctx, &pool, "apply", err)
 	}
-	if res.Changed {
-		r.Recorder.Eventf(&pool, nil, corev1.EventTypeNormal, fcv1.ReasonProvisioned, "Apply", "%d steps: the cache set and the volume group are ready", len(res.Steps))
+	if applied.Changed {
+		r.Recorder.Eventf(&pool, nil, corev1.EventTypeNormal, fcv1.ReasonProvisioned, "Apply", "%d steps: the cache set and the volume group are ready", len(applied.Steps))
 	}
 	msg := fmt.Sprintf("cache set %s on %s of the SSD; volume group %s, %s of %s free",
-		res.Status.CacheSetUUID, quantity(res.Status.CacheCapacityBytes), res.Status.VolumeGroup,
-		quantity(res.Status.AllocatableBytes), quantity(res.Status.CapacityBytes))
-	return ctrl.Result{}, r.applyPoolStatus(ctx, &pool, &res.Status, fcv1.PoolPhaseReady,
+		applied.Status.CacheSetUUID, quantity(applied.Status.CacheCapacityBytes), applied.Status.VolumeGroup,
+		quantity(applied.Status.AllocatableBytes), quantity(applied.Status.CapacityBytes))
+	return ctrl.Result{}, r.applyPoolStatus(ctx, &pool, &applied.Status, fcv1.PoolPhaseReady,
 		condition(fcv1.ConditionProvisioned, metav1.ConditionTrue, fcv1.ReasonProvisioned, msg))
 }
 
@@ -93,12 +90,9 @@ func (r *PoolReconciler) reconcileDelete(ctx context.Context, pool *fcv1.FlashCa
 	if !controllerutil.ContainsFinalizer(pool, PoolFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	unlock, err := engine.LockPool(ctx, p, lockWait)
-	if err != nil {
-		if errors.Is(err, engine.ErrBusy) {
-			return ctrl.Result{RequeueAfter: retryBusy}, nil
-		}
-		return ctrl.Result{}, err
+	unlock, res, err := lockPool(ctx, p)
+	if unlock == nil {
+		return res, err
 	}
 	defer unlock()
 	if _, err := r.Engine.TeardownPool(ctx, p); err != nil {
@@ -111,6 +105,18 @@ func (r *PoolReconciler) reconcileDelete(ctx context.Context, pool *fcv1.FlashCa
 	}
 	logf.FromContext(ctx).Info("tore the pool down")
 	return ctrl.Result{}, nil
+}
+
+// lockPool takes the pool's devices; without them (nil Unlock) the result says when to try again.
+func lockPool(ctx context.Context, p engine.Pool) (engine.Unlock, ctrl.Result, error) {
+	unlock, err := engine.LockPool(ctx, p, lockWait)
+	switch {
+	case errors.Is(err, engine.ErrBusy):
+		return nil, ctrl.Result{RequeueAfter: retryBusy}, nil
+	case err != nil:
+		return nil, ctrl.Result{}, err
+	}
+	return unlock, ctrl.Result{}, nil
 }
 
 // poolFailed reports an engine error on the pool, as failed does on a volume.

@@ -156,7 +156,6 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	var steps []Step
 
 	// The cache device: ours when its first partition carries our label.
-	cachePart := "partition 1 of " + o.Cache.DevPath
 	cacheIsOurs, backingIsOurs := ours(v, o)
 	// The backing device is attached to a cache set that is not on the named cache device: the
 	// spec names a new SSD.
@@ -180,41 +179,11 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 		}
 		steps = append(steps, Step{Kind: StepDetachLostCache, Device: o.Backing.DevPath, Value: o.BackingReg.AttachedSet})
 	}
-	if o.CachePart != nil {
-		cachePart = o.CachePart.DevPath
+	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, label, cacheIsOurs, wipeConsent(v).CacheDevice, v.Spec.EffectiveOverProvisionPercent(), "volume")
+	if err != nil {
+		return nil, err
 	}
-	if !cacheIsOurs && len(o.Cache.Partitions) == 0 && o.OnDiskPartName == label {
-		// Our table is on the disk but the kernel has not read it: a run killed right after
-		// sgdisk wrote it. Reading it is all that is missing; no consent is needed.
-		steps = append(steps, Step{Kind: StepRereadTable, Device: o.Cache.DevPath})
-		cacheIsOurs = true
-	}
-	if !cacheIsOurs {
-		if len(o.CacheSigs) > 0 || len(o.Cache.Partitions) > 0 {
-			if !wipeConsent(v).CacheDevice {
-				return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-					Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", o.Cache.DevPath, describe(o.CacheSigs, o.Cache.Partitions))}
-			}
-			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
-		}
-		start, end, err := cachePartition(o.Cache.SizeBytes, int64(v.Spec.EffectiveOverProvisionPercent()))
-		if err != nil {
-			return nil, err
-		}
-		steps = append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label,
-			Discard: o.Cache.DiscardMaxBytes > 0})
-		cachePart = "partition 1 of " + o.Cache.DevPath
-	} else if o.CacheSB == nil {
-		if len(o.CachePartSigs) > 0 && !wipeConsent(v).CacheDevice {
-			return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-				Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", cachePart, describe(o.CachePartSigs, nil))}
-		}
-	}
-	cacheSB := cacheIsOurs && o.CacheSB != nil
-	if cacheSB && !o.CacheSB.IsCache() {
-		return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("%s is labelled for this volume but holds a bcache backing superblock", cachePart)}
-	}
+	steps = append(steps, partSteps...)
 	set := ""
 	if cacheSB {
 		set = o.CacheSB.SetUUID()
@@ -351,6 +320,57 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 	}
 	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
 	return append(steps, linkStep(v, o, bcacheDev)...), nil
+}
+
+// planCachePartition plans the cache device's partition for a volume on whole devices or for a
+// pool (what), whose label names it: read a table of ours the kernel has not, or wipe (with
+// consent) and partition a device that is not ours, leaving the spare area. It says whether the
+// partition is ours with a cache superblock already, and names the partition for later steps.
+func planCachePartition(o *CacheSide, label string, ours, consent bool, overProvisionPercent int32, what string) (steps []Step, cacheSB bool, cachePart string, err error) {
+	steps, ours, err = planPartitionSteps(o, label, ours, consent, overProvisionPercent)
+	if err != nil {
+		return nil, false, "", err
+	}
+	cachePart = "partition 1 of " + o.Cache.DevPath
+	if o.CachePart != nil && (len(steps) == 0 || steps[len(steps)-1].Kind != StepPartitionCache) {
+		cachePart = o.CachePart.DevPath
+	}
+	cacheSB = ours && o.CacheSB != nil
+	if cacheSB && !o.CacheSB.IsCache() {
+		return nil, false, "", &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s is labelled for this %s but holds a bcache backing superblock", cachePart, what)}
+	}
+	return steps, cacheSB, cachePart, nil
+}
+
+func planPartitionSteps(o *CacheSide, label string, ours, consent bool, overProvisionPercent int32) ([]Step, bool, error) {
+	var steps []Step
+	if !ours && len(o.Cache.Partitions) == 0 && o.OnDiskPartName == label {
+		// Our table is on the disk but the kernel has not read it: a run killed right after
+		// sgdisk wrote it. Reading it is all that is missing; no consent is needed.
+		steps = append(steps, Step{Kind: StepRereadTable, Device: o.Cache.DevPath})
+		ours = true
+	}
+	if !ours {
+		if len(o.CacheSigs) > 0 || len(o.Cache.Partitions) > 0 {
+			if !consent {
+				return nil, false, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+					Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", o.Cache.DevPath, describe(o.CacheSigs, o.Cache.Partitions))}
+			}
+			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
+		}
+		start, end, err := cachePartition(o.Cache.SizeBytes, int64(overProvisionPercent))
+		if err != nil {
+			return nil, false, err
+		}
+		return append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label,
+			Discard: o.Cache.DiscardMaxBytes > 0}), false, nil
+	}
+	if o.CacheSB == nil && len(o.CachePartSigs) > 0 && !consent {
+		return nil, false, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
+			Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", o.CachePart.DevPath, describe(o.CachePartSigs, nil))}
+	}
+	return steps, true, nil
 }
 
 // guard refuses devices the engine must never touch, whatever the spec says.

@@ -2,10 +2,7 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -140,40 +137,11 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 	}
 
 	// The cache device: partitioned with its spare area, as for a volume on whole devices.
-	label := p.Label()
-	cacheOurs := o.cacheOurs(p)
-	cachePart := "partition 1 of " + o.Cache.DevPath
-	if o.CachePart != nil {
-		cachePart = o.CachePart.DevPath
+	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, p.Label(), o.cacheOurs(p), wipe.CacheDevice, p.Spec.EffectiveOverProvisionPercent(), "pool")
+	if err != nil {
+		return nil, err
 	}
-	if !cacheOurs && len(o.Cache.Partitions) == 0 && o.OnDiskPartName == label {
-		steps = append(steps, Step{Kind: StepRereadTable, Device: o.Cache.DevPath})
-		cacheOurs = true
-	}
-	if !cacheOurs {
-		if len(o.CacheSigs) > 0 || len(o.Cache.Partitions) > 0 {
-			if !wipe.CacheDevice {
-				return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-					Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", o.Cache.DevPath, describe(o.CacheSigs, o.Cache.Partitions))}
-			}
-			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
-		}
-		start, end, err := cachePartition(o.Cache.SizeBytes, int64(p.Spec.EffectiveOverProvisionPercent()))
-		if err != nil {
-			return nil, err
-		}
-		steps = append(steps, Step{Kind: StepPartitionCache, Device: o.Cache.DevPath, Start: start, End: end, Label: label,
-			Discard: o.Cache.DiscardMaxBytes > 0})
-		cachePart = "partition 1 of " + o.Cache.DevPath
-	} else if o.CacheSB == nil && len(o.CachePartSigs) > 0 && !wipe.CacheDevice {
-		return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("%s carries %s; set spec.wipe.cacheDevice to erase it", cachePart, describe(o.CachePartSigs, nil))}
-	}
-	cacheSB := cacheOurs && o.CacheSB != nil
-	if cacheSB && !o.CacheSB.IsCache() {
-		return nil, &Refusal{Reason: ReasonCarriesData, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("%s is labelled for this pool but holds a bcache backing superblock", cachePart)}
-	}
+	steps = append(steps, partSteps...)
 	if !cacheSB {
 		steps = append(steps, Step{Kind: StepMakeCache, Device: cachePart})
 	}
@@ -405,17 +373,10 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 			Message: fmt.Sprintf("%s still caches %s", o.CachePart.DevPath, strings.Join(o.CachePart.Holders, ", "))}
 	}
 	if cacheOurs && o.CacheReg != nil {
-		setDir := filepath.Join(blockdev.SysFsBcache, o.CacheReg.SetUUID)
-		if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil {
+		if err := e.unregisterCacheSet(ctx, o.CacheReg.SetUUID); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "unregistered cache set "+o.CacheReg.SetUUID)
-		if err := e.waitUntil(ctx, "cache set "+o.CacheReg.SetUUID+" to go", func() (bool, error) {
-			_, err := os.Stat(setDir)
-			return errors.Is(err, os.ErrNotExist), nil
-		}); err != nil {
-			return res, err
-		}
 	}
 	if cacheOurs {
 		if err := e.eraseCachePartition(ctx, &o.CacheSide); err != nil {

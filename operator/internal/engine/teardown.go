@@ -108,17 +108,10 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 	}
 	if cacheOurs && o.CacheReg != nil {
-		setDir := filepath.Join(blockdev.SysFsBcache, o.CacheReg.SetUUID)
-		if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil {
+		if err := e.unregisterCacheSet(ctx, o.CacheReg.SetUUID); err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "unregistered cache set "+o.CacheReg.SetUUID)
-		if err := e.waitUntil(ctx, "cache set "+o.CacheReg.SetUUID+" to go", func() (bool, error) {
-			_, err := os.Stat(setDir)
-			return errors.Is(err, os.ErrNotExist), nil
-		}); err != nil {
-			return res, err
-		}
 	}
 	if backingOurs {
 		if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeBcacheSignature(ctx, o.Backing.DevPath) }); err != nil {
@@ -166,6 +159,18 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	}
 	res.Changed = len(res.Steps) > 0
 	return res, nil
+}
+
+// unregisterCacheSet stops a cache set and waits until the kernel has let it go.
+func (e *Engine) unregisterCacheSet(ctx context.Context, uuid string) error {
+	setDir := filepath.Join(blockdev.SysFsBcache, uuid)
+	if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil {
+		return err
+	}
+	return e.waitUntil(ctx, "cache set "+uuid+" to go", func() (bool, error) {
+		_, err := os.Stat(setDir)
+		return errors.Is(err, os.ErrNotExist), nil
+	})
 }
 
 // whenReleased runs a command that needs the device to itself, retrying while the kernel still
