@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Paths of the kernel's views. The agent runs with hostPID, so PID 1's mount table is the host's
@@ -330,4 +332,16 @@ func ReadProbe(devPath string) error {
 		return fmt.Errorf("reading %s: %w", devPath, err)
 	}
 	return nil
+}
+
+// OpenedExclusively says whether something holds the device exclusively (a mounted filesystem,
+// a device-mapper or md device, a process that opened it with O_EXCL): an exclusive open of our
+// own then fails with EBUSY. A process that opened it without O_EXCL is not seen.
+func OpenedExclusively(devPath string) bool {
+	fd, err := unix.Open(devPath, unix.O_RDONLY|unix.O_EXCL|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errors.Is(err, unix.EBUSY)
+	}
+	_ = unix.Close(fd)
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -106,9 +107,10 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		if v.Spec.Safety.DisableBackingWriteCache {
 			res.Warnings = append(res.Warnings, "safety.disableBackingWriteCache is not applied to a carved volume: its disks are the pool's, shared with its other volumes")
 		}
-		if o.LV != nil && o.LV.SizeBytes < v.Spec.Pool.Size.Value() {
-			res.Warnings = append(res.Warnings, fmt.Sprintf("pool.size %s is more than the volume's %s: growing a carved volume is not done yet",
-				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes)))
+		if o.LV != nil && o.LV.SizeBytes < v.Spec.Pool.Size.Value() && o.BackingReg != nil {
+			res.Warnings = append(res.Warnings, fmt.Sprintf("pool.size %s is more than the volume's %s: it grows once nothing uses /dev/%s "+
+				"(no mount, no holder): bcache takes a new size only when the device is registered again",
+				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes), o.BackingReg.Device))
 		}
 	}
 	if o.Cache.DiscardMaxBytes == 0 {
@@ -214,6 +216,14 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			return err
 		}
 		return e.waitUntil(ctx, s.Device+" to appear", func() (bool, error) { _, err := os.Stat(s.Device); return err == nil, nil })
+	case StepExtendLV:
+		size, err := strconv.ParseInt(s.Value, 10, 64)
+		if err != nil {
+			return fmt.Errorf("size %q: %w", s.Value, err)
+		}
+		return e.Run.ExtendLogicalVolume(ctx, v.Pool.VolumeGroup(), v.LogicalVolume(), size)
+	case StepRestartBacking:
+		return e.restartBacking(ctx, v, o)
 	case StepActivateLV:
 		if err := e.Run.ActivateLogicalVolume(ctx, v.Pool.VolumeGroup(), v.LogicalVolume()); err != nil {
 			return err
@@ -431,6 +441,43 @@ func disableWriteCache(d blockdev.Device) error {
 		return fmt.Errorf("%s still reports %q after turning its write cache off", d.DevPath, got)
 	}
 	return nil
+}
+
+// restartBacking stops a carved volume's bcache device and registers its backing device again,
+// so that bcache reads its grown size: dirty data is written back first (in writethrough), and
+// the tunables, which a registration resets, are set by the steps that follow.
+func (e *Engine) restartBacking(ctx context.Context, v Volume, o *Observation) error {
+	if o.BackingReg == nil {
+		return fmt.Errorf("the bcache device is not running")
+	}
+	if o.Knobs["state"] == "dirty" {
+		if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil); err != nil {
+			return err
+		}
+	}
+	if err := blockdev.SetKnob(o.BackingReg.Sysfs, "stop", "1"); err != nil {
+		return err
+	}
+	if err := e.waitUntil(ctx, o.BackingReg.Device+" to stop", func() (bool, error) {
+		reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+		return reg == nil, err
+	}); err != nil {
+		return err
+	}
+	// bcache closes the device after the stop returns: registering it again is busy until then.
+	if err := e.waitUntil(ctx, "the kernel to release "+o.Backing.DevPath, func() (bool, error) {
+		err := blockdev.Register(o.Backing.DevPath)
+		if errors.Is(err, syscall.EBUSY) {
+			return false, nil
+		}
+		return err == nil, err
+	}); err != nil {
+		return err
+	}
+	return e.waitUntil(ctx, "the kernel to register "+o.Backing.DevPath+" again", func() (bool, error) {
+		reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+		return reg != nil && reg.Device != "", err
+	})
 }
 
 // makeBcachePolicy is the replacement policy to format a cache with: make-bcache knows lru and

@@ -56,6 +56,11 @@ type Observation struct {
 	// they exist. Until its logical volume is active, a carved volume has no backing device.
 	PoolVG *blockdev.VolumeGroup
 	LV     *blockdev.LogicalVolume
+	// BcacheSizeBytes is the running bcache device's size, and BcacheInUse says that something
+	// has it: mounted, held by another device, or opened exclusively. A carved volume grows only
+	// while it is not in use, since bcache takes a new size only at registration.
+	BcacheSizeBytes int64
+	BcacheInUse     bool
 }
 
 // backingMissing says a carved volume's logical volume is not there (yet) as a device.
@@ -230,6 +235,12 @@ func (e *Engine) observeBacking(ctx context.Context, v Volume, o *Observation) e
 	}
 	o.Knobs = backingKnobValues(o.BackingReg)
 	o.StableTarget = readLink(v.StablePath())
+	if v.Carved() && o.BackingReg != nil && o.BackingReg.Device != "" {
+		if d, err := blockdev.InspectName(o.BackingReg.Device); err == nil {
+			o.BcacheSizeBytes = d.SizeBytes
+			o.BcacheInUse = len(d.Holders) > 0 || mountedDevice(d.Name) || blockdev.OpenedExclusively(d.DevPath)
+		}
+	}
 	return nil
 }
 

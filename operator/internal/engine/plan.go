@@ -9,6 +9,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
 // StepKind names one action of the engine.
@@ -40,6 +41,10 @@ const (
 	// A carved volume's logical volume, made in its pool's volume group, or activated.
 	StepCreateLV   StepKind = "create-logical-volume"
 	StepActivateLV StepKind = "activate-logical-volume"
+	// A carved volume grown: its logical volume extended, then its bcache device stopped and
+	// registered again, the only way bcache takes a backing device's new size.
+	StepExtendLV       StepKind = "extend-logical-volume"
+	StepRestartBacking StepKind = "restart-backing-device"
 )
 
 // Step is one action. Steps after the first may name devices that do not exist yet (the cache
@@ -292,6 +297,10 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 		return []Step{{Kind: StepCreateLV, Device: lvPath, Value: strconv.FormatInt(size, 10)}}, nil
 	case !o.LV.Active:
 		return []Step{{Kind: StepActivateLV, Device: lvPath}}, nil
+	case o.LV.SizeBytes < size && !o.BcacheInUse:
+		// Grown while nothing uses it: LVM first, then bcache, which takes the new size at its
+		// next registration. In use, Apply says it waits.
+		return []Step{{Kind: StepExtendLV, Device: lvPath, Value: strconv.FormatInt(size, 10)}}, nil
 	}
 	_, backingOurs := ours(v, o)
 	if !backingOurs && len(o.BackingSigs) > 0 {
@@ -317,6 +326,11 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 	case o.BackingReg.AttachedSet != set:
 		return nil, &Refusal{Reason: ReasonForeignCacheSet, Field: "pool.name",
 			Message: fmt.Sprintf("%s is attached to cache set %s, not to pool %s's cache set %s", lvPath, o.BackingReg.AttachedSet, p.Name, set)}
+	}
+	if backingOurs && o.BcacheSizeBytes > 0 && o.BcacheSizeBytes+safety.BackingDataOffsetSectors*sectorSize < o.LV.SizeBytes && !o.BcacheInUse {
+		// Before the tunables: a new registration starts them from bcache's defaults.
+		steps = append(steps, Step{Kind: StepRestartBacking, Device: bcacheDev, From: humanSize(o.BcacheSizeBytes),
+			Value: humanSize(o.LV.SizeBytes - safety.BackingDataOffsetSectors*sectorSize)})
 	}
 	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
 	return append(steps, linkStep(v, o, bcacheDev)...), nil

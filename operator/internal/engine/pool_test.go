@@ -265,3 +265,35 @@ func TestACarvedVolumesGuardLetsThePoolsOtherVolumesHoldTheCache(t *testing.T) {
 		t.Errorf("a cache partition that is not the pool's: %v", err)
 	}
 }
+
+func TestACarvedVolumeGrowsWhileNothingUsesIt(t *testing.T) {
+	p := testPool()
+	v := carvedVolume(&p)
+	v.Spec.Pool.Size = resource.MustParse("2Gi")
+	o := carvedReady(p)
+	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib, Active: true, Tags: v.LogicalVolumeTag()}
+	o.Backing = blockdev.Device{Path: o.LV.Path, DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib, Rotational: true, Holders: []string{"bcache1"}}
+	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
+	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
+	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/dm-0/bcache", Device: "bcache1", AttachedSet: "set-1"}
+	o.BcacheSizeBytes = gib - 2<<20
+
+	o.BcacheInUse = true
+	if steps, err := Plan(v, o, Desired{}); err != nil || strings.Contains(kinds(steps), "extend") || strings.Contains(kinds(steps), "restart") {
+		t.Errorf("in use: steps %s, err %v; want no growth", kinds(steps), err)
+	}
+	o.BcacheInUse = false
+	steps, err := Plan(v, o, Desired{})
+	if err != nil || len(steps) != 1 || steps[0].Kind != StepExtendLV || steps[0].Value != "2147483648" {
+		t.Fatalf("not in use: steps %v, err %v; want the logical volume extended first", steps, err)
+	}
+	o.LV.SizeBytes, o.Backing.SizeBytes = 2*gib, 2*gib
+	steps, err = Plan(v, o, Desired{})
+	if err != nil || len(steps) == 0 || steps[0].Kind != StepRestartBacking || !strings.HasPrefix(kinds(steps[1:]), "set-tunable") {
+		t.Fatalf("extended: steps %s, err %v; want the bcache device registered again, then its tunables", kinds(steps), err)
+	}
+	o.BcacheSizeBytes = 2*gib - 2<<20
+	if steps, _ := Plan(v, o, Desired{}); strings.Contains(kinds(steps), "restart") {
+		t.Errorf("grown: steps %s, want no restart", kinds(steps))
+	}
+}

@@ -288,6 +288,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"PoolRefusesADiskWithDataAndKeepsIt", testPoolRefusesData},
 		{"PoolFromBlankDisksIsACacheSetAndAVolumeGroupWithTwoCarvedVolumes", testPoolBuild},
 		{"CarvedVolumesKeepTheirOwnDataAndDirtyData", testCarvedVolumesKeepTheirOwnData},
+		{"CarvedVolumeGrowsWhenNothingUsesIt", testCarvedVolumeGrowsWhenNotInUse},
 		{"PoolGrowsByADiskAddedToItsSpec", testPoolGrows},
 		{"CarvedVolumeTeardownGivesItsSpaceBack", testCarvedVolumeTeardownGivesItsSpaceBack},
 		{"PoolTeardownWaitsForItsVolumesThenLeavesBlankDisks", testPoolTeardown},

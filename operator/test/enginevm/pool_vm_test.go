@@ -244,6 +244,39 @@ func testPoolGrows(t *testing.T, g *guest) {
 	}
 }
 
+func testCarvedVolumeGrowsWhenNotInUse(t *testing.T, g *guest) {
+	grown := strings.Replace(carvedVolumes, "pool: {name: db, size: 128Mi}", "pool: {name: db, size: 192Mi}", 1)
+	g.poolFile(t, "pool.yaml", []vmharness.Disk{poolHDD1}, grown)
+	size := func() int64 {
+		return g.sysfsInt(t, "/sys/block/$(basename $(readlink -f /dev/flashcache/carved-b))/size") * 512
+	}
+	before := size()
+	// Held (a device-mapper device on top, as a filesystem's mount would hold it), it waits, and
+	// says why.
+	holder := "dmsetup create carved-b-holder --table \"0 $(blockdev --getsz /dev/flashcache/carved-b) linear /dev/flashcache/carved-b 0\""
+	g.sh(t, holder)
+	r, code, _ := g.node(t, "apply", "pool.yaml")
+	g.sh(t, "dmsetup remove carved-b-holder")
+	if code != 0 || !strings.Contains(strings.Join(r.Volumes[1].Warnings, " "), "once nothing uses") || size() != before {
+		t.Fatalf("grown while held: exit %d, size %d (was %d)\n%s%v", code, size(), before, r, r.Volumes[1].Warnings)
+	}
+	r, code, stderr := g.node(t, "apply", "pool.yaml")
+	if code != 0 {
+		t.Fatalf("grown while unused: exit %d\n%s%s", code, r, stderr)
+	}
+	t.Logf("grown in steps: %s", r.stepKinds())
+	if after := size(); after < 188<<20 || after > 192<<20 {
+		t.Errorf("carved-b is %d bytes after growing to 192 MiB (was %d)", after, before)
+	}
+	if r.Volumes[1].Status == nil || r.Volumes[1].Status.CacheMode != "writeback" {
+		t.Errorf("carved-b after growing: %s", r)
+	}
+	g.sh(t, "echo 3 > /proc/sys/vm/drop_caches; test \"$(dd if=/dev/flashcache/carved-b bs=1M count=32 iflag=direct status=none | sha256sum)\" = \"$(cat /root/carved-b.sum)\"")
+	if r, code, _ := g.node(t, "apply", "pool.yaml"); code != 0 || r.Changed {
+		t.Errorf("apply after growing: exit %d\n%s", code, r)
+	}
+}
+
 func testCarvedVolumeTeardownGivesItsSpaceBack(t *testing.T, g *guest) {
 	before := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_free fcp-db")
 	r, code, stderr := g.node(t, "teardown", "pool.yaml", "--volume", "carved-a", "--confirm")
