@@ -81,6 +81,11 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	if err != nil {
 		return res, err
 	}
+	if check != nil && e.lastCheck(ctx, v) == nil {
+		// The steps changed a device the check judged (a carved volume grown onto more of its
+		// pool's disks): judged again now, not at the next run.
+		check = nil
+	}
 	if wantsWriteback && check == nil {
 		if check, err = e.Check(ctx, v); err != nil {
 			return res, fmt.Errorf("durability check: %w", err)
@@ -464,19 +469,17 @@ func (e *Engine) restartBacking(ctx context.Context, v Volume, o *Observation) e
 	}); err != nil {
 		return err
 	}
-	// bcache closes the device after the stop returns: registering it again is busy until then.
-	if err := e.waitUntil(ctx, "the kernel to release "+o.Backing.DevPath, func() (bool, error) {
-		err := blockdev.Register(o.Backing.DevPath)
-		if errors.Is(err, syscall.EBUSY) {
-			return false, nil
-		}
-		return err == nil, err
-	}); err != nil {
-		return err
-	}
+	// bcache closes the device some time after the stop returns, and until then a registration is
+	// refused as busy (quietly, through register_quiet): register until the kernel has it.
 	return e.waitUntil(ctx, "the kernel to register "+o.Backing.DevPath+" again", func() (bool, error) {
 		reg, err := blockdev.RegisteredBacking(o.Backing.Name)
-		return reg != nil && reg.Device != "", err
+		if err != nil || (reg != nil && reg.Device != "") {
+			return err == nil, err
+		}
+		if err := blockdev.Register(o.Backing.DevPath); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return false, err
+		}
+		return false, nil
 	})
 }
 

@@ -158,6 +158,19 @@ func (r report) stepKinds() string {
 	return strings.Join(k, " ")
 }
 
+// steps spells out one volume's steps, tunables with their values.
+func (r report) steps(volume int) string {
+	var k []string
+	for _, s := range r.Volumes[volume].Steps {
+		if s.Tunable != "" {
+			k = append(k, s.Kind+":"+s.Tunable+"="+s.Value)
+		} else {
+			k = append(k, s.Kind)
+		}
+	}
+	return strings.Join(k, " ")
+}
+
 // node runs `flashcache node SUB --config FILE -o json ARGS...` and returns its report and exit code.
 func (g *guest) node(t *testing.T, sub, file string, args ...string) (report, int, string) {
 	t.Helper()

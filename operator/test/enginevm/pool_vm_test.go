@@ -177,7 +177,12 @@ func testPoolBuild(t *testing.T, g *guest) {
 			t.Errorf("%s: %d bytes for a %d-byte logical volume", want.name, v.Status.CapacityBytes, want.size)
 		}
 	}
-	if st.Volumes != 2 || st.AllocatableBytes != st.CapacityBytes-(256+128)<<20 {
+	// The apply's report has the pool as it was before its volumes; status reads it again.
+	r, code, _ = g.node(t, "status", "pool.yaml")
+	if code != 0 || len(r.Pools) != 1 || r.Pools[0].Status == nil {
+		t.Fatalf("status: exit %d, %+v", code, r.Pools)
+	}
+	if st := r.Pools[0].Status; st.Volumes != 2 || st.AllocatableBytes != st.CapacityBytes-(256+128)<<20 {
 		t.Errorf("pool status %+v after two volumes of 256 and 128 MiB", *st)
 	}
 
@@ -193,19 +198,19 @@ func testPoolBuild(t *testing.T, g *guest) {
 
 func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 	dirty := func(name string) int64 {
-		// bcache prints dirty_data as 32.0M.
-		n, err := strconv.ParseInt(g.sh(t, "numfmt --from=iec $(cat /sys/block/$(basename $(readlink -f /dev/flashcache/"+name+"))/bcache/dirty_data)"), 10, 64)
-		if err != nil {
-			t.Fatal(err)
+		r, code, _ := g.node(t, "status", "pool.yaml", "--volume", name)
+		if code != 0 || len(r.Volumes) != 1 || r.Volumes[0].Status == nil {
+			t.Fatalf("status of %s: exit %d\n%s", name, code, r)
 		}
-		return n
+		return r.Volumes[0].Status.DirtyBytes
 	}
 	for _, name := range []string{"carved-a", "carved-b"} {
 		g.sh(t, "head -c 32M /dev/urandom > /root/"+name+".bin && sha256sum < /root/"+name+".bin > /root/"+name+".sum && "+
 			"dd if=/root/"+name+".bin of=/dev/flashcache/"+name+" bs=1M oflag=direct status=none")
 	}
 	if a, b := dirty("carved-a"), dirty("carved-b"); a < 16<<20 || b < 16<<20 {
-		t.Fatalf("dirty after writing 32 MiB to each: %d and %d bytes", a, b)
+		t.Fatalf("dirty after writing 32 MiB to each: %d and %d bytes\n%s", a, b,
+			g.sh(t, "for v in carved-a carved-b; do d=/sys/block/$(basename $(readlink -f /dev/flashcache/$v))/bcache; echo $v $(cat $d/cache_mode $d/state $d/dirty_data $d/sequential_cutoff $d/writeback_percent $d/stats_total/bypassed); done"))
 	}
 	// A flush of one volume writes back its own dirty data, and leaves the other's on the SSD.
 	r, code, stderr := g.node(t, "flush", "pool.yaml", "--volume", "carved-a")
@@ -264,7 +269,7 @@ func testCarvedVolumeGrowsWhenNotInUse(t *testing.T, g *guest) {
 	if code != 0 {
 		t.Fatalf("grown while unused: exit %d\n%s%s", code, r, stderr)
 	}
-	t.Logf("grown in steps: %s", r.stepKinds())
+	t.Logf("grown in steps: %s", r.steps(1))
 	if after := size(); after < 188<<20 || after > 192<<20 {
 		t.Errorf("carved-b is %d bytes after growing to 192 MiB (was %d)", after, before)
 	}
@@ -273,7 +278,7 @@ func testCarvedVolumeGrowsWhenNotInUse(t *testing.T, g *guest) {
 	}
 	g.sh(t, "echo 3 > /proc/sys/vm/drop_caches; test \"$(dd if=/dev/flashcache/carved-b bs=1M count=32 iflag=direct status=none | sha256sum)\" = \"$(cat /root/carved-b.sum)\"")
 	if r, code, _ := g.node(t, "apply", "pool.yaml"); code != 0 || r.Changed {
-		t.Errorf("apply after growing: exit %d\n%s", code, r)
+		t.Errorf("apply after growing: exit %d: %s / %s", code, r.steps(0), r.steps(1))
 	}
 }
 
