@@ -246,13 +246,18 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		if o.BackingReg == nil || s.Value == "" {
 			return fmt.Errorf("nothing to attach yet")
 		}
-		if err := blockdev.SetKnob(o.BackingReg.Sysfs, "attach", s.Value); err != nil {
-			return err
-		}
-		return e.waitUntil(ctx, "the backing device to attach to cache set "+s.Value, func() (bool, error) {
+		// After make-bcache, udev's rules register both devices and bcache attaches the backing
+		// device by itself: a write that races it fails (EINVAL once it is attached, ENOENT while
+		// its registration is under way). Whether it ended attached is what counts.
+		written := blockdev.SetKnob(o.BackingReg.Sysfs, "attach", s.Value)
+		err := e.waitUntil(ctx, "the backing device to attach to cache set "+s.Value, func() (bool, error) {
 			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
 			return reg != nil && reg.AttachedSet == s.Value, err
 		})
+		if err != nil && written != nil {
+			return fmt.Errorf("%w (%v)", written, err)
+		}
+		return err
 	case StepSetTunable:
 		if o.BackingReg == nil || o.BackingReg.Device == "" {
 			return fmt.Errorf("the bcache device is not running")
