@@ -235,6 +235,9 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		}
 		return e.waitUntil(ctx, s.Device+" to appear", func() (bool, error) { _, err := os.Stat(s.Device); return err == nil, nil })
 	case StepRegisterBacking:
+		if e.registeredByUdev(ctx, func() (bool, error) { reg, err := blockdev.RegisteredBacking(o.Backing.Name); return reg != nil, err }) {
+			return nil
+		}
 		if err := blockdev.Register(o.Backing.DevPath); err != nil {
 			return err
 		}
@@ -284,6 +287,19 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 	return fmt.Errorf("unknown step %q", s.Kind)
 }
 
+// udevGrace is how long a registration step first waits for udev: bcache-tools' rules register
+// a device as soon as its new superblock is seen, and a registration of ours at the same moment
+// races it in the kernel (an e2e run once saw a restarted agent make no progress for five
+// minutes right after such a pair).
+const udevGrace = 2 * time.Second
+
+// registeredByUdev waits up to udevGrace for a device to be registered without us.
+func (e *Engine) registeredByUdev(ctx context.Context, registered func() (bool, error)) bool {
+	ctx, cancel := context.WithTimeout(ctx, udevGrace)
+	defer cancel()
+	return blockdev.WaitFor(ctx, 100*time.Millisecond, "udev's registration", registered) == nil
+}
+
 // executeCacheStep runs the steps that concern the cache device alone, for a volume on whole
 // devices and for a pool alike.
 func (e *Engine) executeCacheStep(ctx context.Context, o *CacheSide, s Step) error {
@@ -314,6 +330,9 @@ func (e *Engine) executeCacheStep(ctx context.Context, o *CacheSide, s Step) err
 	}
 	switch s.Kind {
 	case StepRegisterCache:
+		if e.registeredByUdev(ctx, func() (bool, error) { reg, err := blockdev.RegisteredCache(o.CachePart.Name); return reg != nil, err }) {
+			return nil
+		}
 		if err := blockdev.Register(o.CachePart.DevPath); err != nil {
 			return err
 		}
