@@ -204,11 +204,17 @@ func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 		}
 		return r.Volumes[0].Status.DirtyBytes
 	}
+	// bcache sends sequential writes around a cache it finds congested (over 20 ms a write, in
+	// writeback mode too), which an emulated NVMe on a busy host is: off for this test, whose
+	// subject is where dirty data goes, not congestion.
+	g.sh(t, "set=/sys/block/$(basename $(readlink -f /dev/flashcache/carved-a))/bcache/cache; "+
+		"echo 0 > $set/congested_read_threshold_us; echo 0 > $set/congested_write_threshold_us")
 	for _, name := range []string{"carved-a", "carved-b"} {
 		g.sh(t, "head -c 32M /dev/urandom > /root/"+name+".bin && sha256sum < /root/"+name+".bin > /root/"+name+".sum && "+
 			"dd if=/root/"+name+".bin of=/dev/flashcache/"+name+" bs=1M oflag=direct status=none")
 	}
-	if a, b := dirty("carved-a"), dirty("carved-b"); a < 16<<20 || b < 16<<20 {
+	a0, b0 := dirty("carved-a"), dirty("carved-b")
+	if a, b := a0, b0; a < 16<<20 || b < 16<<20 {
 		t.Fatalf("dirty after writing 32 MiB to each: %d and %d bytes\n%s", a, b,
 			g.sh(t, "for v in carved-a carved-b; do d=/sys/block/$(basename $(readlink -f /dev/flashcache/$v))/bcache; echo $v $(cat $d/cache_mode $d/state $d/dirty_data $d/sequential_cutoff $d/writeback_percent $d/stats_total/bypassed); done"))
 	}
@@ -217,8 +223,14 @@ func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 	if code != 0 || r.Volumes[0].Flush == nil || r.Volumes[0].Flush.FlushedBytes < 16<<20 {
 		t.Fatalf("flush of carved-a: exit %d\n%s%s", code, r, stderr)
 	}
-	if a, b := dirty("carved-a"), dirty("carved-b"); a != 0 || b < 16<<20 {
-		t.Errorf("after flushing carved-a: %d bytes dirty on it, %d on carved-b (want 0, and carved-b's untouched)", a, b)
+	// carved-b keeps its own throttle and mode: the flush changed carved-a's knobs only. How much
+	// of carved-b bcache writes back meanwhile is the shared set's business (its idle switch is
+	// per set), so only that some is left is asserted.
+	knobs := g.sh(t, "d=/sys/block/$(basename $(readlink -f /dev/flashcache/carved-b))/bcache; echo $(cat $d/cache_mode $d/writeback_percent $d/state)")
+	a, b := dirty("carved-a"), dirty("carved-b")
+	t.Logf("dirty before the flush of carved-a: %d and %d bytes; after: %d and %d; carved-b: %s", a0, b0, a, b, knobs)
+	if a != 0 || b == 0 || knobs != "writethrough [writeback] writearound none 30 dirty" {
+		t.Errorf("after flushing carved-a: %d bytes dirty on it, %d on carved-b, carved-b's knobs %q (want 0, some, and writeback at 30%%)", a, b, knobs)
 	}
 	if _, code, _ := g.node(t, "release", "pool.yaml", "--volume", "carved-a"); code != 0 {
 		t.Fatalf("release of carved-a: exit %d", code)
