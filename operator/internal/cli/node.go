@@ -323,11 +323,7 @@ func runNodeWithPools(cmd *cobra.Command, opts *nodeOptions, act func(context.Co
 			}
 			r := poolReport{Name: p.Name}
 			if err := lockedPoolAct(ctx, e, p, &r, pools.act); err != nil {
-				class := engine.Classify(err)
-				r.Error = &reportError{Message: err.Error(), Field: class.Field}
-				if class.Reason != fcv1.ReasonApplyFailed {
-					r.Error.Reason = class.Reason
-				}
+				r.Error, _ = errorReport(err)
 				report.Failed = true
 			}
 			report.Changed = report.Changed || r.Changed
@@ -340,13 +336,10 @@ func runNodeWithPools(cmd *cobra.Command, opts *nodeOptions, act func(context.Co
 	for _, v := range selected {
 		r := volumeReport{Name: v.Name}
 		if err := lockedAct(ctx, e, v, &r, act); err != nil {
-			class := engine.Classify(err)
-			r.Error = &reportError{Message: err.Error(), Field: class.Field}
-			if class.Reason != fcv1.ReasonApplyFailed {
-				r.Error.Reason = class.Reason
-			}
+			var status *engine.Status
+			r.Error, status = errorReport(err)
 			if r.Status == nil {
-				r.Status = class.Status
+				r.Status = status
 			}
 			report.Failed = true
 		}
@@ -364,6 +357,17 @@ func runNodeWithPools(cmd *cobra.Command, opts *nodeOptions, act func(context.Co
 		return errVolumesFailed
 	}
 	return nil
+}
+
+// errorReport is an engine error as a report gives it: its reason (none for a plain failure)
+// and field, and the volume's status when the error let it be observed.
+func errorReport(err error) (*reportError, *engine.Status) {
+	class := engine.Classify(err)
+	r := &reportError{Message: err.Error(), Field: class.Field}
+	if class.Reason != fcv1.ReasonApplyFailed {
+		r.Reason = class.Reason
+	}
+	return r, class.Status
 }
 
 func printReport(w io.Writer, output string, report nodeReport) error {
