@@ -75,9 +75,9 @@ const (
 	// ReasonHeldClean: the volume is clean and held in writethrough until the node is schedulable
 	// again and no eviction asked for a flush lately. Evictions pass.
 	ReasonHeldClean = "HeldClean"
-	// ReasonFlushPass: a flush pass (every flushPeriod, or asked for) writes the dirty data back
-	// at full speed while the volume stays in writeback; the message says why and how far it
-	// got. Not a drain: the phase stays Ready and evictions are not held for it.
+	// ReasonFlushPass: a flush pass (every flushPeriod, paced; or asked for, at full speed)
+	// writes the dirty data back while the volume stays in writeback; the message says why and
+	// how far it got. Not a drain: the phase stays Ready and evictions are not held for it.
 	ReasonFlushPass = "FlushPass"
 	// ReasonNotRequested: no drain or eviction wants the volume flushed.
 	ReasonNotRequested = "NotRequested"

@@ -298,10 +298,11 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:validation:Maximum=40
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
 
-	// flushPeriod bounds how long dirty data stays on the cache device only: this often, a flush
-	// pass writes the dirty data back at full speed while the volume stays in writeback. Data is
-	// on the backing disk within about one period and one pass (a pass still dirty after one
-	// period is finished in writethrough). 0s turns time-based flushing off.
+	// flushPeriod bounds how long dirty data stays on the cache device only. Every half period a
+	// flush pass writes the dirty data back while the volume stays in writeback, paced over most
+	// of the other half and at full speed at its end, so data written now is on the backing disk
+	// within one period (half a period and a minute, for periods under 2m); a pass still dirty
+	// then is finished in writethrough. 0s turns time-based flushing off.
 	// +optional
 	// +kubebuilder:default="5m"
 	// +kubebuilder:validation:Type=string

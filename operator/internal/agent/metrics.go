@@ -39,7 +39,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		wear:           gauge("volume_cache_wear_percent", "The cache device's estimate of its life used."),
 		flushing:       gauge("volume_flushing", "1 while a blocking flush runs."),
 		flushRemaining: gauge("volume_flush_remaining_bytes", "Dirty data a running blocking flush has still to write."),
-		passActive:     gauge("volume_flush_pass_active", "1 while a flush pass (every flushPeriod, or asked for) writes back at full speed in writeback mode."),
+		passActive:     gauge("volume_flush_pass_active", "1 while a flush pass (every half flushPeriod, or asked for) writes back in writeback mode."),
 		ioErrors: gauge("volume_io_errors", "I/O errors bcache counted on the volume's cache or backing device since it registered it; "+
 			"at 8 (cache) or 64 (backing) it gives the device up.", "device"),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",

@@ -40,7 +40,7 @@ func newNodeRunCommand(opts *nodeOptions) *cobra.Command {
 	ro := &runOptions{}
 	cmd := &cobra.Command{
 		Use:   "run",
-		Short: "Keep the volumes converged: tunables, flush passes every flushPeriod, the cutoff while the cache fills; serve metrics",
+		Short: "Keep the volumes converged: tunables, flush passes every half flushPeriod, the cutoff while the cache fills; serve metrics",
 		Long: `Runs until stopped, converging each volume of the file every --interval as the Kubernetes
 agent does on a node: it builds or adopts the volume and keeps its tunables, starts a flush pass
 when spec.flushPeriod has passed (writeback at full speed, in writeback mode, until clean),

@@ -216,10 +216,9 @@ func (e *Engine) Release(ctx context.Context, v Volume) (*Result, error) {
 	return e.Apply(ctx, v, Desired{})
 }
 
-// FlushPass is the time-based flush behind flushPeriod: when dirty data is present, flush it all
-// and go back to the configured mode. Run every flushPeriod, it bounds how long data stays on the
-// cache device only to flushPeriod plus the duration of one pass. A volume held by a drain stays
-// held.
+// FlushPass is the blocking flush of a pass that could not get clean in writeback (and of
+// `flashcache node flush --pass`): when dirty data is present, flush it all in writethrough and go
+// back to the configured mode. A volume held by a drain stays held.
 func (e *Engine) FlushPass(ctx context.Context, v Volume, timeout time.Duration) (*FlushResult, error) {
 	o, err := e.Observe(ctx, v)
 	if err != nil {

@@ -69,7 +69,7 @@ func (o *Observation) backingMissing(v Volume) bool {
 }
 
 // backingKnobs are the backing device's tunables the engine manages.
-var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "sequential_cutoff", "state", "dirty_data", "label",
+var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay", "writeback_running", "writeback_rate_minimum", "sequential_cutoff", "state", "dirty_data", "label",
 	"stop_when_cache_set_failed", "io_error_limit", "io_errors"}
 
 // cacheKnobs are the cache device's tunables the engine manages; set/ is its cache set's folder.

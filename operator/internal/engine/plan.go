@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
@@ -139,10 +140,16 @@ type Desired struct {
 	// SafetyWritethrough keeps the volume in writethrough because no durability check has
 	// allowed writeback yet, or the last one refused it.
 	SafetyWritethrough bool
-	// Passing writes back at full speed while the volume stays in its mode: a flush pass (the
-	// time-based one behind flushPeriod, or one asked for) is running. The engine sets it from
-	// the volume's state.
+	// Passing writes back, with no pause between scans, while the volume stays in its mode: a
+	// flush pass (the time-based one behind flushPeriod, or one asked for) is running. The engine
+	// sets it from the volume's state.
 	Passing bool
+	// PaceUntil is when a paced pass should have written back what is dirty: until then bcache's
+	// writeback rate floor is the dirty data over the time left (its own throttle stays on above
+	// the dirty threshold), so the backing disk takes a steady share of writeback rather than a
+	// burst that commits queue behind. After it, or when zero (a pass asked for), the pass
+	// writes back at full speed.
+	PaceUntil time.Time
 	// FlushRequest asks Converge for a flush pass now (in writeback mode, unlike a drain's
 	// flush): a token, honoured once, when it differs from the last one honoured.
 	FlushRequest string
@@ -258,7 +265,8 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 // tunableSteps set the bcache device's tunables the kernel does not report as wanted.
 func tunableSteps(v Volume, o *Observation, want Desired, bcacheDev string) []Step {
 	var steps []Step
-	for _, t := range tunables(v, want, o.CacheUnusedPercent) {
+	dirty, _ := blockdev.ParseHumanSize(o.Knobs["dirty_data"])
+	for _, t := range tunables(v, want, o.CacheUnusedPercent, dirty) {
 		have := o.Knobs[t.name]
 		if o.BackingReg == nil || !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
@@ -489,18 +497,24 @@ func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int) int64 {
 
 // tunables are the backing device's knobs as the spec wants them, given how much of the cache
 // device is still unused.
-func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
+func tunables(v Volume, want Desired, cacheUnusedPercent int, dirtyBytes int64) []tunable {
 	mode := string(v.Spec.EffectiveMode())
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
 	}
 	percent := v.Spec.EffectiveDirtyThresholdPercent()
 	delay := writebackDelay
+	rateMinimum := tunable{"writeback_rate_minimum", strconv.Itoa(kernelWritebackRateMinimum), exact(strconv.Itoa(kernelWritebackRateMinimum))}
 	if want.Passing {
-		// No target (so no throttle, and writeback at idle I/O priority, below the database's
-		// own I/O) and no pause between scans: bcache then writes back as fast as the backing
-		// disk takes it, in writeback mode, so commits still land on the SSD.
-		percent, delay = 0, "0"
+		// No pause between scans, in writeback mode, so commits still land on the SSD.
+		delay = "0"
+		if floor, paced := passPace(dirtyBytes, time.Until(want.PaceUntil)); paced {
+			rateMinimum = paceTunable(floor)
+		} else {
+			// No target: no throttle, and writeback at idle I/O priority, below the database's
+			// own I/O; bcache writes back as fast as the backing disk takes it.
+			percent = 0
+		}
 	}
 	cutoff := effectiveSequentialCutoff(v, cacheUnusedPercent)
 	return []tunable{
@@ -510,6 +524,7 @@ func tunables(v Volume, want Desired, cacheUnusedPercent int) []tunable {
 		{"writeback_delay", delay, exact(delay)},
 		// Stopped writeback leaves dirty data on the SSD for ever.
 		{"writeback_running", "1", exact("1")},
+		rateMinimum,
 		{"sequential_cutoff", strconv.FormatInt(cutoff, 10), func(have string) bool {
 			// bcache prints "4.0M": one decimal of the unit, so compare at that precision.
 			got, err := blockdev.ParseHumanSize(have)

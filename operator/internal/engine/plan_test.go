@@ -2,8 +2,10 @@ package engine
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -55,7 +57,7 @@ func converged(v Volume) *Observation {
 	o.Backing.Holders = []string{"bcache0"}
 	o.Knobs = map[string]string{
 		"label": v.Label(), "cache_mode": "writethrough [writeback] writearound none", "writeback_percent": "10",
-		"writeback_delay": "1", "writeback_running": "1", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
+		"writeback_delay": "1", "writeback_running": "1", "writeback_rate_minimum": "8", "sequential_cutoff": "4.0M", "state": "clean", "dirty_data": "0.0k",
 		"stop_when_cache_set_failed": "[auto] always", "io_error_limit": "64", "io_errors": "0",
 	}
 	o.StableTarget = "/dev/bcache0"
@@ -80,7 +82,7 @@ func TestPlanFromBlankDisksBuildsEverythingInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "partition-cache-device make-bcache register-cache register-backing attach " +
-		"set-tunable:label set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:writeback_running set-tunable:sequential_cutoff " +
+		"set-tunable:label set-tunable:cache_mode set-tunable:writeback_percent set-tunable:writeback_delay set-tunable:writeback_running set-tunable:writeback_rate_minimum set-tunable:sequential_cutoff " +
 		"set-tunable:stop_when_cache_set_failed set-tunable:io_error_limit " +
 		"set-cache-tunable:cache_replacement_policy set-cache-tunable:set/errors set-cache-tunable:set/io_error_limit link-stable-path"
 	if got := kinds(steps); got != want {
@@ -425,5 +427,63 @@ func TestOursIsOneRuleForPlanCheckAndTeardown(t *testing.T) {
 	o.CachePartName = "fc-someone-else"
 	if c, _ := ours(v, o); c {
 		t.Error("a partition named for another volume is ours")
+	}
+}
+
+// A periodic pass spreads its writeback up to its pace deadline: the rate floor is raised to the
+// dirty data over the time left, the throttle stays, and a floor already high enough is kept.
+// After the deadline, and for a pass asked for, writeback goes at full speed.
+func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.Knobs["dirty_data"] = "120.0M"
+	o.Knobs["state"] = "dirty"
+	tunableSteps := func(want Desired) map[string]string {
+		steps, err := Plan(v, o, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]string{}
+		for _, s := range steps {
+			if s.Kind == StepSetTunable {
+				set[s.Tunable] = s.Value
+			}
+		}
+		return set
+	}
+
+	// 120 MiB in 100 s is 2458 sectors a second; the floor is set half as high again.
+	set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(100 * time.Second)})
+	floor, err := strconv.Atoi(set["writeback_rate_minimum"])
+	if err != nil || floor < 3600 || floor > 3700 {
+		t.Errorf("paced pass: writeback_rate_minimum set to %q, want about 3687 (120 MiB over 100 s, x1.5); steps %v", set["writeback_rate_minimum"], set)
+	}
+	if _, changed := set["writeback_percent"]; changed || set["writeback_delay"] != "0" {
+		t.Errorf("paced pass: %v, want the throttle's percent kept and no pause between scans", set)
+	}
+
+	// Set, it stays while the need is within reach: no rewrite at every run.
+	o.Knobs["writeback_rate_minimum"] = set["writeback_rate_minimum"]
+	o.Knobs["writeback_delay"] = "0"
+	if set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(90 * time.Second)}); len(set) != 0 {
+		t.Errorf("paced pass with its floor set: steps %v, want none", set)
+	}
+	// Dirty data that grew past the floor's reach raises it.
+	o.Knobs["dirty_data"] = "600.0M"
+	if set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(90 * time.Second)}); set["writeback_rate_minimum"] == "" {
+		t.Errorf("paced pass, 600 MiB dirty with 90 s left: steps %v, want the floor raised", set)
+	}
+
+	for name, want := range map[string]Desired{
+		"past its deadline": {Passing: true, PaceUntil: time.Now().Add(-time.Second)},
+		"asked for":         {Passing: true},
+	} {
+		if set := tunableSteps(want); set["writeback_percent"] != "0" {
+			t.Errorf("pass %s: steps %v, want writeback_percent 0 (full speed)", name, set)
+		}
+	}
+	// Outside a pass the kernel's floor comes back.
+	if set := tunableSteps(Desired{}); set["writeback_rate_minimum"] != "8" || set["writeback_delay"] != "1" {
+		t.Errorf("after the pass: steps %v, want writeback_rate_minimum 8 and writeback_delay 1 back", set)
 	}
 }

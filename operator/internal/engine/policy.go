@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -31,9 +33,8 @@ const (
 
 // State is what the engine remembers of a volume between runs.
 type State struct {
-	// PeriodFrom is when the current flush period began: when the last pass started, or when
-	// the engine first saw the volume with this flush period. Data dirtied before it was written
-	// back by that pass, or is at most one period late.
+	// PeriodFrom is when the current pass interval (half a flush period) began: when the last
+	// pass started, or when the engine first saw the volume with this flush period.
 	PeriodFrom time.Time `json:"periodFrom"`
 	// Period is the flush period PeriodFrom counts; a spec that changes it starts a new period.
 	Period time.Duration `json:"period"`
@@ -72,7 +73,8 @@ func (st *State) dirtySince(dirty bool) *time.Time {
 	return &t
 }
 
-// PassState is a flush pass under way: writeback at full speed, in writeback mode, until clean.
+// PassState is a flush pass under way: writeback, paced or at full speed, in writeback mode, until
+// clean.
 type PassState struct {
 	Reason       string    `json:"reason"`
 	StartedAt    time.Time `json:"startedAt"`
@@ -99,14 +101,16 @@ type PassReport struct {
 // tunables, the cutoff while the cache fills, the durability check), then the flush pass that
 // is due.
 //
-// A pass writes back at full speed in writeback mode (Desired.Passing), so commits keep landing
-// on the SSD while it runs; it ends when bcache reports the volume clean, which it does only after
-// a full scan of its index found nothing dirty. A pass still not clean after its limit (one flush
-// period, and at least passLimitFloor) is finished by the blocking flush, in writethrough: a
-// workload that dirties data as fast as the backing disk writes it back would otherwise keep a
-// pass from ever ending. Data written at t is therefore on the backing disk by t + flushPeriod +
-// the pass's length, and at worst by t + flushPeriod + the pass limit + the blocking flush's
-// length, plus the interval at which the caller runs Converge.
+// A periodic pass starts every half flush period on a dirty volume. It writes back in writeback
+// mode (Desired.Passing), so commits keep landing on the SSD while it runs, paced over three
+// quarters of its limit and at full speed after that (Desired.PaceUntil); it ends when bcache
+// reports the volume clean, which it does only after a full scan of its index found nothing
+// dirty. A pass still not clean after its limit (half a flush period, and at least
+// passLimitFloor) is finished by the blocking flush, in writethrough: a workload that dirties data
+// as fast as the backing disk writes it back would otherwise keep a pass from ever ending. Data
+// written at t is therefore on the backing disk by t + DirtyAgeBound (the flush period, from two
+// minutes up), plus the blocking flush's length when a pass needed it, plus the interval at which
+// the caller runs Converge.
 //
 // A new want.FlushRequest starts a pass now if the volume is dirty and none runs; a request
 // is honoured once, whatever the volume looked like then.
@@ -311,9 +315,9 @@ func nextPass(st *State, dirty, inWriteback bool, period time.Duration, now time
 		return passNothing
 	case flushNow && dirty:
 		return passStartRequested
-	case period > 0 && now.Sub(st.PeriodFrom) >= period && dirty:
+	case period > 0 && now.Sub(st.PeriodFrom) >= passInterval(period) && dirty:
 		return passStart
-	case period > 0 && now.Sub(st.PeriodFrom) >= period:
+	case period > 0 && now.Sub(st.PeriodFrom) >= passInterval(period):
 		return passNewPeriod
 	}
 	return passNothing
@@ -325,17 +329,66 @@ const passLimitFloor = time.Minute
 
 // passLimit is how long a pass may run in writeback mode before the blocking flush finishes it.
 func passLimit(period time.Duration) time.Duration {
-	return max(period, passLimitFloor)
+	return max(passInterval(period), passLimitFloor)
+}
+
+// passInterval is how often a periodic pass starts: every half period. Data written at t is then
+// covered by a pass that starts by t + period/2 and is clean within its limit, another half
+// period: on the backing disk by t + period, which is what flushPeriod promises.
+func passInterval(period time.Duration) time.Duration {
+	return period / 2
+}
+
+// passPaceShare is the part of a periodic pass's limit over which it spreads its writeback; the
+// rest is left at full speed, before the blocking flush, for data dirtied faster than the pace.
+const passPaceShare = 0.75
+
+// passPaceUntil is when a pass that started at startedAt should have written its dirty data back,
+// or zero when it is not paced: a pass asked for goes at full speed, as its caller waits for it.
+func passPaceUntil(p *PassState, period time.Duration) time.Time {
+	if p == nil || p.Reason != PassFlushPeriod {
+		return time.Time{}
+	}
+	return p.StartedAt.Add(time.Duration(passPaceShare * float64(passLimit(period))))
+}
+
+// kernelWritebackRateMinimum is bcache's own floor of the writeback rate, in 512-byte sectors a
+// second: 4 KiB/s, a trickle. Outside a pass the engine keeps it there, so a pass's floor never
+// outlives it.
+const kernelWritebackRateMinimum = 8
+
+// passPace is the writeback rate floor, in sectors a second, that writes dirtyBytes back in the
+// time left, and whether the pass is still paced (time is left). bcache applies the floor at its
+// next rate update (writeback_rate_update_seconds, 5 s by default); each run of Converge sizes it
+// again from what is dirty then, so data dirtied during the pass raises it.
+func passPace(dirtyBytes int64, left time.Duration) (int64, bool) {
+	if left <= 0 {
+		return 0, false
+	}
+	sectors := int64(math.Ceil(float64(dirtyBytes) / 512 / left.Seconds()))
+	return max(sectors, kernelWritebackRateMinimum), true
+}
+
+// paceTunable sets the rate floor half as high again as needed, and accepts anything from the
+// need to three times it, so that a pass rewrites the knob a few times as the deadline nears, not
+// at every run.
+func paceTunable(sectors int64) tunable {
+	return tunable{"writeback_rate_minimum", strconv.FormatInt(sectors*3/2, 10), func(have string) bool {
+		n, err := strconv.ParseInt(strings.TrimSpace(have), 10, 64)
+		return err == nil && n >= sectors && n <= 3*sectors
+	}}
 }
 
 // DirtyAgeBound is how long data written in writeback may stay on the cache alone when the
-// passes keep up: the flush period until a pass starts, then the pass's limit, after which the
-// blocking flush finishes it (that flush's own length comes on top). 0 for no flush period.
+// passes keep up: half a period until a pass starts, then the pass's limit, after which the
+// blocking flush finishes it (that flush's own length comes on top). That is the flush period
+// itself from two minutes up; a shorter period's passes get at least passLimitFloor. 0 for no
+// flush period.
 func DirtyAgeBound(period time.Duration) time.Duration {
 	if period <= 0 {
 		return 0
 	}
-	return period + passLimit(period)
+	return passInterval(period) + passLimit(period)
 }
 
 // reapply runs Apply again after the state changed (a pass began or ended), and merges its steps
@@ -356,6 +409,7 @@ func (e *Engine) desired(v Volume, want Desired) Desired {
 	want.Hold = want.Hold || e.held(v)
 	if st, err := e.loadState(v); err == nil && st.Pass != nil && !want.Hold {
 		want.Passing = true
+		want.PaceUntil = passPaceUntil(st.Pass, v.Spec.EffectiveFlushPeriod())
 	}
 	return want
 }

@@ -21,9 +21,9 @@ func TestNextPass(t *testing.T) {
 		flushNow    bool
 		want        passAction
 	}{
-		{"within the period", idle, true, true, period, 4 * time.Minute, false, passNothing},
-		{"period over, dirty", idle, true, true, period, 5 * time.Minute, false, passStart},
-		{"period over, clean", idle, false, true, period, 6 * time.Minute, false, passNewPeriod},
+		{"within half the period", idle, true, true, period, 2 * time.Minute, false, passNothing},
+		{"half the period over, dirty", idle, true, true, period, 150 * time.Second, false, passStart},
+		{"half the period over, clean", idle, false, true, period, 3 * time.Minute, false, passNewPeriod},
 		{"flushPeriod 0s is off", idle, true, true, 0, 48 * time.Hour, false, passNothing},
 		{"asked for, dirty", idle, true, true, period, time.Second, true, passStartRequested},
 		{"asked for, clean", idle, false, true, period, time.Second, true, passNothing},
@@ -31,7 +31,8 @@ func TestNextPass(t *testing.T) {
 		{"not in writeback: nothing to pass", idle, true, false, period, time.Hour, false, passNothing},
 		{"pass still dirty", running, true, true, period, 2 * time.Minute, false, passGoesOn},
 		{"pass clean", running, false, true, period, 2 * time.Minute, false, passEnd},
-		{"pass over its limit", running, true, true, period, 5 * time.Minute, false, passFinishInWritethrough},
+		{"pass within its limit", running, true, true, period, 149 * time.Second, false, passGoesOn},
+		{"pass over its limit, half the period", running, true, true, period, 150 * time.Second, false, passFinishInWritethrough},
 		{"a short period's pass gets the floor", running, true, true, 10 * time.Second, 30 * time.Second, false, passGoesOn},
 		{"a short period's pass past the floor", running, true, true, 10 * time.Second, passLimitFloor, false, passFinishInWritethrough},
 		{"pass and a drain's hold", running, true, false, period, time.Minute, false, passCovered},
@@ -92,11 +93,12 @@ func TestStateSurvivesAndATornFileStartsAgain(t *testing.T) {
 	}
 }
 
-func TestDirtyAgeBoundIsThePeriodPlusThePassLimit(t *testing.T) {
+func TestDirtyAgeBoundIsThePeriodFromTwoMinutesUp(t *testing.T) {
 	for _, c := range []struct{ period, want time.Duration }{
 		{0, 0},
-		{30 * time.Second, 30*time.Second + passLimitFloor},
-		{5 * time.Minute, 10 * time.Minute},
+		{30 * time.Second, 15*time.Second + passLimitFloor},
+		{2 * time.Minute, 2 * time.Minute},
+		{5 * time.Minute, 5 * time.Minute},
 	} {
 		if got := DirtyAgeBound(c.period); got != c.want {
 			t.Errorf("DirtyAgeBound(%s) = %s, want %s", c.period, got, c.want)
@@ -128,5 +130,23 @@ func TestDirtySinceIsTheLastTimeTheVolumeWasSeenClean(t *testing.T) {
 	}
 	if !st.noteClean(false, t0.Add(2*time.Minute)) || !st.CleanSeenAt.Equal(t0.Add(2*time.Minute)) {
 		t.Errorf("clean a minute later: not recorded")
+	}
+}
+
+// Only a periodic pass is paced, over three quarters of its limit (half a period, at least a
+// minute).
+func TestPassPaceUntil(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	if got := passPaceUntil(&PassState{Reason: PassFlushPeriod, StartedAt: t0}, 10*time.Minute); !got.Equal(t0.Add(225 * time.Second)) {
+		t.Errorf("10m period: paced until %s, want 225 s after the start (three quarters of 5 min)", got.Sub(t0))
+	}
+	if got := passPaceUntil(&PassState{Reason: PassFlushPeriod, StartedAt: t0}, 10*time.Second); !got.Equal(t0.Add(45 * time.Second)) {
+		t.Errorf("10s period: paced until %s, want 45 s (three quarters of the one-minute floor)", got.Sub(t0))
+	}
+	if got := passPaceUntil(&PassState{Reason: PassRequested, StartedAt: t0}, 5*time.Minute); !got.IsZero() {
+		t.Errorf("a pass asked for is paced until %s, want not paced", got)
+	}
+	if floor, paced := passPace(0, time.Minute); !paced || floor != kernelWritebackRateMinimum {
+		t.Errorf("nothing dirty: floor %d paced %v, want the kernel's floor", floor, paced)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,15 +19,18 @@ import (
 // loop a host runs, the agent's twin) is restarted in between, at a moment when a schedule kept
 // in memory would start its period again and miss the bound.
 const (
-	agePeriod   = 60 * time.Second
+	// agePeriod: a pass every 40 s (half the period), each with a minute's limit (the floor).
+	agePeriod   = 80 * time.Second
 	ageInterval = 5 * time.Second
 	// ageRestartAt is when the loop is restarted, counted from its first start: a schedule that
-	// forgot the period would start its pass no earlier than ageRestartAt + agePeriod.
-	ageRestartAt = 50 * time.Second
+	// forgot the interval would start its pass no earlier than ageRestartAt + agePeriod/2.
+	ageRestartAt = 25 * time.Second
 	// ageDirtyMiB of scattered 4 KiB writes keep the volume dirty: below the dirty threshold,
-	// bcache writes them back at its floor rate, a key every 2.5 s or so, so the marker reaching the
-	// disk is the pass's doing (the log says when it was not).
-	ageDirtyMiB = 8
+	// bcache writes them back at its floor rate, a key a second, in the order of their offsets, so
+	// the marker past them reaching the disk is the pass's doing (the log says when it was not).
+	// Few enough that the pass's pace (this much over three quarters of its limit) is a small
+	// part of what the backing disk takes at full speed, so the two are told apart.
+	ageDirtyMiB = 4
 	// ageMarkerMiB is where the marker goes, past the scattered writes.
 	ageMarkerMiB = 3 << 10
 )
@@ -45,15 +49,17 @@ writer=$!
 trap 'kill $writer 2>/dev/null || true; [ -f /root/run.pid ] && kill $(cat /root/run.pid) 2>/dev/null || true' EXIT
 loop_started=$(now); start_loop
 for i in $(seq 100); do [ -s /var/lib/flashcache/state/vol-a.json ] && break; sleep 0.2; done
-# The floor of bcache's writeback rate, lowered so its trickle rarely reaches the marker first.
-echo 1 > $bc/writeback_rate_minimum
+# What the backing disk has written (sectors), and the writeback rate floor and target, over time.
+hdd=$(basename $(readlink -f %[4]s))
+sample() { echo "$(now) $(awk '{print $7}' /sys/block/$hdd/stat) $(cat $bc/writeback_rate_minimum) $(cat $bc/writeback_percent)" >> /root/age-samples; }
+rm -f /root/age-samples
 fio --name=scatter --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --size=2g --io_size=%[2]dm --randrepeat=0 --output=/dev/null
 head -c 4096 /dev/urandom > /root/marker
 dd if=/root/marker of=/dev/flashcache/vol-a bs=4k seek=$(( %[3]d * 256 )) oflag=direct conv=fsync status=none
 marker_written=$(now)
 want=$(md5sum < /root/marker | cut -d' ' -f1)
 offset=$(( $(bcache-super-show %[4]s | awk '/dev.data.first_sector/ {print $2}') * 512 + %[3]d * 1048576 ))
-restarted=""; arrived=""; modes=""; percent_during=""; bounds=0; short=""
+restarted=""; arrived=""; modes=""; bounds=0; short=""
 before() { awk -v a="$(now)" -v b="$1" 'BEGIN { exit !(a < b) }'; }
 while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; do
 	if [ -z "$restarted" ] && ! before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[6]d }')"; then
@@ -61,7 +67,7 @@ while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; 
 		restarted=$(now); start_loop
 	fi
 	mode=$(sed 's/.*\[\(.*\)\].*/\1/' $bc/cache_mode); modes="$modes $mode"
-	[ "$(cat $bc/writeback_percent)" = 0 ] && percent_during=0
+	sample
 	got=$(dd if=%[4]s bs=4096 skip=$(( offset / 4096 )) count=1 iflag=direct status=none | md5sum | cut -d' ' -f1)
 	if [ "$got" = "$want" ]; then arrived=$(now); break; fi
 	# The loop's bound on the age of dirty data, against the marker's age as the loop's last
@@ -75,23 +81,23 @@ while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; 
 	sleep 2
 done
 # The pass under way is left to end; the loop sees it clean and restores the throttle.
-for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root/run.log && break; sleep 1; done
+for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root/run.log && break; sample; sleep 1; done
 sleep %[1]d
 python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())' > /root/metrics.txt
 kill $writer; wait $writer 2>/dev/null || true
-printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentZeroSeen": "%%s", "percentAfter": "%%s", "delayAfter": "%%s", "ageBounds": %%d, "ageBoundsShort": "%%s"}\n' \
-	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$percent_during" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)" "$bounds" "$short"
+printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentAfter": "%%s", "delayAfter": "%%s", "rateMinimumAfter": "%%s", "ageBounds": %%d, "ageBoundsShort": "%%s"}\n' \
+	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)" "$(cat $bc/writeback_rate_minimum)" "$bounds" "$short"
 `
 
 type ageResult struct {
-	LoopStarted     float64 `json:"loopStarted"`
-	MarkerWritten   float64 `json:"markerWritten"`
-	Restarted       float64 `json:"restarted"`
-	Arrived         float64 `json:"arrived"`
-	Modes           string  `json:"modes"`
-	PercentZeroSeen string  `json:"percentZeroSeen"`
-	PercentAfter    string  `json:"percentAfter"`
-	DelayAfter      string  `json:"delayAfter"`
+	LoopStarted      float64 `json:"loopStarted"`
+	MarkerWritten    float64 `json:"markerWritten"`
+	Restarted        float64 `json:"restarted"`
+	Arrived          float64 `json:"arrived"`
+	Modes            string  `json:"modes"`
+	PercentAfter     string  `json:"percentAfter"`
+	DelayAfter       string  `json:"delayAfter"`
+	RateMinimumAfter string  `json:"rateMinimumAfter"`
 	// AgeBounds counts the scrapes of the loop's dirty-age bound while the marker was on the
 	// cache alone; AgeBoundsShort lists those under the marker's age ("bound@age").
 	AgeBounds      int    `json:"ageBounds"`
@@ -104,8 +110,8 @@ func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
 		t.Fatalf("flush --pass: exit %d\n%s", code, stderr)
 	}
 	g.volumeFile(t, "a-period.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", agePeriod))
-	passLimit := max(agePeriod, time.Minute)
-	budget := agePeriod + passLimit + 3*ageInterval + 60*time.Second
+	passInterval, passLimit := agePeriod/2, max(agePeriod/2, time.Minute)
+	budget := passInterval + passLimit + 3*ageInterval + 60*time.Second
 	script := fmt.Sprintf(ageScript, int(ageInterval.Seconds()), ageDirtyMiB, ageMarkerMiB, hddA.ByID(), int(budget.Seconds()), int(ageRestartAt.Seconds()))
 	out := g.sh(t, script)
 	runLog := g.sh(t, "cat /root/run.log")
@@ -125,39 +131,40 @@ func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
 	if r.Arrived == 0 {
 		t.Fatalf("the marker never reached the backing disk within %s", budget)
 	}
-	// The documented bound: flushPeriod + the pass limit + the loop's interval.
-	bound := agePeriod + passLimit + ageInterval
+	// The documented bound: half the period until a pass starts, the pass's limit, the loop's
+	// interval (from two-minute periods up, the first two are the period itself).
+	bound := passInterval + passLimit + ageInterval
 	if age := time.Duration((r.Arrived - r.MarkerWritten) * float64(time.Second)); age > bound {
 		t.Errorf("the marker took %s to reach the backing disk, over the bound %s", age.Round(time.Second), bound)
 	}
-	// The restart kept the schedule: the first pass started one period after the loop's first
-	// start, not one period after the restart.
+	// The restart kept the schedule: the first pass started half a period after the loop's first
+	// start, not half a period after the restart.
 	if len(passStarts) == 0 {
 		t.Fatalf("no flush pass started")
 	}
 	// When the round decided (the pass's startedAt), not when it logged: a round's apply takes
-	// seconds under emulation. A lost schedule would start it after ageRestartAt + agePeriod.
+	// seconds under emulation. A lost schedule would start it after ageRestartAt + passInterval.
 	first := time.Duration((passStarts[0] - r.LoopStarted) * float64(time.Second))
-	if limit := agePeriod + 3*ageInterval; first > limit {
+	if limit := passInterval + 3*ageInterval; first > limit {
 		t.Errorf("the first pass started %s after the loop's first start, want within %s: the restart at %s lost the schedule",
 			first.Round(time.Second), limit, ageRestartAt)
 	}
 	if r.Arrived < passStarts[0] {
 		t.Logf("the marker reached the disk %.1f s before the pass: bcache's trickle wrote it; the bound still held", passStarts[0]-r.Arrived)
 	}
-	// In writeback the whole time, and at full speed while the pass ran; throttled again after.
+	// In writeback the whole time, paced while the pass ran; throttled again after.
 	if strings.Contains(r.Modes, "writethrough") && !strings.Contains(runLog, "finished in writethrough") {
 		t.Errorf("the volume left writeback during the pass: %s", r.Modes)
 	}
 	if strings.Contains(runLog, "finished in writethrough") {
 		t.Errorf("the pass did not get %d MiB clean within its limit %s and was finished in writethrough", ageDirtyMiB, passLimit)
 	}
-	if r.PercentZeroSeen != "0" {
-		t.Errorf("writeback_percent was never 0 while polling: the pass did not unthrottle writeback")
+	if len(passEnds) == 0 || r.PercentAfter != "40" || r.DelayAfter != "1" || r.RateMinimumAfter != "8" {
+		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s, writeback_rate_minimum %s; want the pass done and 40, 1, 8",
+			len(passEnds), r.PercentAfter, r.DelayAfter, r.RateMinimumAfter)
 	}
-	if len(passEnds) == 0 || r.PercentAfter != "40" || r.DelayAfter != "1" {
-		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s; want the pass done and 40, 1",
-			len(passEnds), r.PercentAfter, r.DelayAfter)
+	if len(passEnds) > 0 {
+		checkPassPaced(t, g.sh(t, "cat /root/age-samples"), passStarts[0], passEnds[0], passDirtyAtStart(t, runLog), passLimit)
 	}
 	// The bound the loop exports never under-states the age of data still on the cache alone.
 	if r.AgeBounds < 5 {
@@ -209,6 +216,76 @@ func testBackgroundFlush(t *testing.T, g *guest) {
 	if code != 0 || r.Changed {
 		t.Errorf("background flush of a clean volume: exit %d changed=%v", code, r.Changed)
 	}
+}
+
+// checkPassPaced measures the backing disk while a periodic pass ran: in its paced part (three
+// quarters of its limit) the disk wrote at about the pace (the dirty data at the start over that
+// time, set half as high again), well under what it takes at full speed, with the dirty threshold
+// kept; samples are "time sectors-written rate-floor percent" lines.
+func checkPassPaced(t *testing.T, samples string, started, ended float64, dirtyAtStart int64, limit time.Duration) {
+	t.Helper()
+	paceEnd := min(ended, started+0.75*limit.Seconds())
+	pace := float64(dirtyAtStart) / (0.75 * limit.Seconds())
+	var rates []float64
+	var floors []string
+	var prevAt, prevSectors float64
+	for _, line := range strings.Split(strings.TrimSpace(samples), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 4 {
+			continue
+		}
+		at, _ := strconv.ParseFloat(f[0], 64)
+		sectors, _ := strconv.ParseFloat(f[1], 64)
+		if at > started && at <= paceEnd {
+			floors = append(floors, f[2])
+			if f[3] == "0" {
+				t.Errorf("writeback_percent 0 at %.1f s into the pass, before its pace deadline: the pass went at full speed", at-started)
+			}
+			if prevAt > started && at > prevAt {
+				rates = append(rates, (sectors-prevSectors)*512/(at-prevAt))
+			}
+		}
+		prevAt, prevSectors = at, sectors
+	}
+	slices.Sort(rates)
+	t.Logf("pass: %.1f s, %.1f MiB dirty at its start, pace %.0f KiB/s; the backing disk wrote at %s KiB/s (2-s windows, sorted); writeback_rate_minimum %v",
+		ended-started, float64(dirtyAtStart)/(1<<20), pace/1024, kibPerSecond(rates), floors)
+	if len(rates) < 3 {
+		t.Fatalf("only %d samples of the backing disk in the pass's paced part", len(rates))
+	}
+	// Half as high again as the pace, and bcache lets a writer run up to 2 s ahead of its rate:
+	// 2.5 times the pace is paced; full speed is several times more here.
+	if median := rates[len(rates)/2]; median > 2.5*pace {
+		t.Errorf("the backing disk wrote at a median %.0f KiB/s in the pass's paced part, over 2.5 times its pace (%.0f KiB/s): the pass was not paced", median/1024, pace/1024)
+	}
+	raised := false
+	for _, f := range floors {
+		if n, err := strconv.Atoi(f); err == nil && n > 8 {
+			raised = true
+		}
+	}
+	if !raised {
+		t.Errorf("writeback_rate_minimum never raised during the pass: %v", floors)
+	}
+}
+
+func kibPerSecond(rates []float64) string {
+	var s []string
+	for _, r := range rates {
+		s = append(s, strconv.FormatFloat(r/1024, 'f', 0, 64))
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+// passDirtyAtStart is the dirty data the loop's first pass started with, from its log.
+func passDirtyAtStart(t *testing.T, log string) int64 {
+	t.Helper()
+	m := regexp.MustCompile(`flush pass started.*"dirtyBytes": (\d+)`).FindStringSubmatch(log)
+	if m == nil {
+		t.Fatalf("no dirtyBytes in the loop's pass start:\n%s", log)
+	}
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
 }
 
 // passStartTimes returns the startedAt of each "flush pass started" line of the loop's log, in
@@ -352,9 +429,9 @@ cat /root/esc-samples
 // which the volume is in writeback again: the last part of the bound on dirty data's age.
 func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 	const period, interval = 30 * time.Second, 5 * time.Second
-	limit := max(period, time.Minute) // the engine's pass limit for this period
+	limit := max(period/2, time.Minute) // the engine's pass limit for this period
 	g.volumeFile(t, "a-esc.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period))
-	budget := period + limit + 2*time.Minute
+	budget := period/2 + limit + 2*time.Minute
 	out := g.sh(t, fmt.Sprintf(escalationScript, int(interval.Seconds()), int(budget.Seconds())))
 	runLog := g.sh(t, "cat /root/esc.log")
 	t.Logf("flashcache node run's log:\n%s", runLog)

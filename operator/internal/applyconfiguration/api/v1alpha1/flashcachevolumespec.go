@@ -33,10 +33,11 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// threshold bcache writes back at full rate and passes every commit's flush to the backing
 	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
-	// flushPeriod bounds how long dirty data stays on the cache device only: this often, a flush
-	// pass writes the dirty data back at full speed while the volume stays in writeback. Data is
-	// on the backing disk within about one period and one pass (a pass still dirty after one
-	// period is finished in writethrough). 0s turns time-based flushing off.
+	// flushPeriod bounds how long dirty data stays on the cache device only. Every half period a
+	// flush pass writes the dirty data back while the volume stays in writeback, paced over most
+	// of the other half and at full speed at its end, so data written now is on the backing disk
+	// within one period (half a period and a minute, for periods under 2m); a pass still dirty
+	// then is finished in writethrough. 0s turns time-based flushing off.
 	FlushPeriod *v1.Duration `json:"flushPeriod,omitempty"`
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
 	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
