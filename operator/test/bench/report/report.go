@@ -31,6 +31,22 @@ type inputs struct {
 	larger *results.OLTP
 	flush  *results.Flush
 	scale  *results.Scale
+	// long are the long comparisons that ran, in longRuns' order.
+	long []longRun
+}
+
+// longRun is a long comparison's results: OLTP runs of 20 minutes and more, kept in a subfolder
+// of their own because they take hours and are run apart from `make bench`.
+type longRun struct {
+	dir, heading string
+	oltp         *results.OLTP
+}
+
+// longRuns are the long comparisons the report knows, by subfolder: issue 23's flush period
+// against none, with the passes as they were and as they are.
+var longRuns = []struct{ dir, heading string }{
+	{"flush-period", ": long runs, a full-speed pass every period (before 8bae036)"},
+	{"flush-period-paced", ": long runs, a paced pass every half period"},
 }
 
 // oltpSet is one data set's OLTP results as the page shows them.
@@ -48,6 +64,9 @@ func oltpSets(in inputs) []oltpSet {
 	sets := []oltpSet{{oltp: in.oltp}}
 	if in.larger != nil {
 		sets = append(sets, oltpSet{oltp: in.larger, heading: ": a data set larger than the cache", prefix: "larger-"})
+	}
+	for _, l := range in.long {
+		sets = append(sets, oltpSet{oltp: l.oltp, heading: l.heading, prefix: l.dir + "-"})
 	}
 	for i := range sets {
 		if sets[i].oltp != nil {
@@ -85,6 +104,17 @@ func load(dir string) (inputs, error) {
 			return inputs{}, fmt.Errorf("results folder %s: %w", dir, err)
 		default:
 			f.keep()
+		}
+	}
+	for _, l := range longRuns {
+		var o results.OLTP
+		err := results.Read(filepath.Join(dir, l.dir), results.OLTPFile, &o)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return inputs{}, fmt.Errorf("results folder %s: %w", dir, err)
+		default:
+			in.long = append(in.long, longRun{dir: l.dir, heading: l.heading, oltp: &o})
 		}
 	}
 	return in, nil

@@ -262,3 +262,30 @@ func TestReportHasTheLargerThanCacheSetWithItsTargets(t *testing.T) {
 		t.Errorf("the larger set's chart is not linked")
 	}
 }
+
+// A long comparison in its own subfolder gets its own sections, charts and #23's targets; the
+// folder's absence changes nothing else.
+func TestReportHasTheLongComparisonWithItsTargets(t *testing.T) {
+	dir := fixture(t, false)
+	run := func(config string, tps float64, intervals ...float64) results.OLTPRun {
+		return results.OLTPRun{Config: config, Rep: 1, TPS: tps, IntervalTPS: intervals, P95Ms: 300, P99Ms: 600, DirtyAgeSeconds: []float64{250, 280}}
+	}
+	long := results.OLTP{
+		Params: results.OLTPParams{DataMiB: 256, Tables: 4, MeasureSeconds: 1200, Repetitions: 1},
+		Configs: []results.Config{{Name: "flashcache", Cached: true, DirtyAgeBoundSeconds: 300},
+			{Name: "flashcache-flush-off", Cached: true}},
+		// 0.95 of the volume without passes (met), but a CV of about 25 % (missed).
+		Runs: []results.OLTPRun{run("flashcache", 38, 30, 46, 38), run("flashcache-flush-off", 40, 40, 40, 40)},
+	}
+	if err := results.Write(filepath.Join(dir, "flush-period-paced"), results.OLTPFile, long); err != nil {
+		t.Fatal(err)
+	}
+	docs, md := generateInto(t, dir)
+	line(t, md, "## OLTP results: long runs, a paced pass every half period")
+	line(t, md, "| long runs, a paced pass every half period: the time-based flush costs ≤ 10 % (`flashcache` TPS ≥ 0.9 × flushPeriod 0s) |", "0.95×", "| met |")
+	line(t, md, "| long runs, a paced pass every half period: `flashcache` 10-s TPS CV ≤ 10 % |", "| missed |")
+	line(t, md, "| long runs, a paced pass every half period: `flashcache` oldest dirty data within its bound |", "280 s oldest", "| met |")
+	if _, err := os.Stat(filepath.Join(docs, chartsDir, "flush-period-paced-tps-flashcache.png")); err != nil {
+		t.Errorf("the long comparison's chart: %v", err)
+	}
+}
