@@ -65,7 +65,7 @@ generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, apply config
 	cd operator && $(CONTROLLER_GEN) applyconfiguration paths=./api/...
 	cd operator && $(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	cp operator/config/crd/bases/*.yaml crds/
-	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths="./internal/controller/...;./internal/webhook/...;./internal/cli/..." output:rbac:artifacts:config=config/rbac/operator
+	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-operator paths="./internal/controller/...;./internal/webhook/...;./internal/cli/...;./internal/csi/..." output:rbac:artifacts:config=config/rbac/operator
 	cd operator && $(CONTROLLER_GEN) rbac:roleName=flashcache-agent paths=./internal/agent/... output:rbac:artifacts:config=config/rbac/agent
 	cp crds/*.yaml $(CHART)/crds/
 	cp operator/config/rbac/operator/role.yaml $(CHART)/files/rbac/operator.yaml

@@ -34,8 +34,11 @@ const (
 	ReasonPersistentVolumeAvailable = "PersistentVolumeAvailable"
 	ReasonPersistentVolumeBound     = "PersistentVolumeBound"
 	ReasonPersistentVolumeReleased  = "PersistentVolumeReleased"
-	ReasonWaitingForClaimRelease    = "WaitingForClaimRelease"
-	ReasonDeletingPersistentVolume  = "DeletingPersistentVolume"
+	// ReasonProvisionedForClaim: the CSI driver carved the volume for a claim and the agent built
+	// it; the CSI provisioner, not the operator, publishes its PersistentVolume.
+	ReasonProvisionedForClaim      = "ProvisionedForClaim"
+	ReasonWaitingForClaimRelease   = "WaitingForClaimRelease"
+	ReasonDeletingPersistentVolume = "DeletingPersistentVolume"
 	// ReasonWaitingForTeardown tells the node agent that the PersistentVolume is gone and the
 	// device may be flushed, detached and removed.
 	ReasonWaitingForTeardown = "WaitingForTeardown"
@@ -129,4 +132,15 @@ const (
 	// for a flush pass now: the dirty data written back at full speed while the volume stays in
 	// writeback. Each new value asks once; Flushing (reason FlushPass) shows the progress.
 	AnnotationBackgroundFlush = "flashcache.io/background-flush"
+	// AnnotationProvisionedBy marks a volume the CSI driver carved for a claim, as Kubernetes
+	// marks a PersistentVolume, with the driver's name: the operator then publishes no
+	// PersistentVolume of its own (the provisioner does), and the driver changes and deletes only
+	// volumes it made.
+	AnnotationProvisionedBy = "flashcache.io/provisioned-by"
+	// AnnotationClaim names the claim (namespace/name) a volume was carved for.
+	AnnotationClaim = "flashcache.io/claim"
 )
+
+// CSIDriverName is the CSI driver's name: a StorageClass's provisioner, the CSIDriver object, and
+// the value of AnnotationProvisionedBy.
+const CSIDriverName = "csi.flashcache.io"

@@ -25,6 +25,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/controller"
+	"github.com/flashcache/flashcache/operator/internal/csi"
 	"github.com/flashcache/flashcache/operator/internal/version"
 	"github.com/flashcache/flashcache/operator/internal/webhook"
 )
@@ -38,6 +39,7 @@ type operatorOptions struct {
 	webhook                 webhook.Options
 	webhookNamespace        string
 	webhookService          string
+	csiEndpoint             string
 	zap                     zap.Options
 }
 
@@ -58,6 +60,7 @@ func newOperatorCommand() *cobra.Command {
 	f.BoolVar(&opts.leaderElect, "leader-elect", false, "elect a leader, so that only one of several replicas reconciles")
 	f.StringVar(&opts.leaderElectionNamespace, "leader-election-namespace", "", "namespace of the leader election lease; empty: the pod's own")
 	f.IntVar(&opts.webhook.Port, "webhook-port", 9443, "port of the eviction webhook; 0 turns the webhook off")
+	f.StringVar(&opts.csiEndpoint, "csi-endpoint", "", "unix socket to serve the CSI controller on, for the provisioner and resizer sidecars (unix:///csi/csi.sock); empty: no CSI")
 	f.StringVar(&opts.webhook.CertDir, "webhook-cert-dir", filepath.Join(os.TempDir(), "flashcache-webhook-certs"), "folder of the webhook's tls.crt and tls.key")
 	f.StringVar(&opts.webhook.Certs, "webhook-certs", webhook.CertsSelf, "where the serving certificate comes from: self (made, rotated and injected by the operator) or files (cert-manager)")
 	f.StringVar(&opts.webhookNamespace, "webhook-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the webhook Service and certificate Secret (default $POD_NAMESPACE)")
@@ -148,6 +151,19 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 	if server != nil {
 		if err := webhook.Register(mgr, opts.webhook, certs); err != nil {
 			return fmt.Errorf("setting up the eviction webhook: %w", err)
+		}
+	}
+	if opts.csiEndpoint != "" {
+		// Free space is counted from the volumes that exist: read straight from the API
+		// server, since a cache a moment behind would give two claims the same space.
+		direct, err := client.New(cfg, client.Options{Scheme: scheme})
+		if err != nil {
+			return fmt.Errorf("creating the CSI controller's client: %w", err)
+		}
+		log := ctrl.Log.WithName("csi")
+		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{Controller: true},
+			Controller: &csi.Controller{Client: direct, Log: log}, Log: log}); err != nil {
+			return fmt.Errorf("setting up the CSI controller: %w", err)
 		}
 	}
 	return runManager(mgr, healthz.Ping)

@@ -94,6 +94,19 @@ func (r *FlashCacheVolumeReconciler) reconcilePersistentVolume(ctx context.Conte
 		return operatorStatus{ready: readyCondition(fcv, metav1.ConditionFalse, reason, fmt.Sprintf(format, args...))}
 	}
 
+	provisioned := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned)
+	if fcv.Annotations[fcv1.AnnotationProvisionedBy] == fcv1.CSIDriverName {
+		// Carved for a claim: the CSI provisioner publishes its PersistentVolume.
+		switch {
+		case provisioned == nil:
+			return notReady(fcv1.ReasonWaitingForAgent, "waiting for the node agent on %s to build the device", fcv.Spec.NodeName), ctrl.Result{}, nil
+		case provisioned.Status != metav1.ConditionTrue:
+			return notReady(fcv1.ReasonNotProvisioned, "node agent: %s: %s", provisioned.Reason, provisioned.Message), ctrl.Result{}, nil
+		}
+		return operatorStatus{ready: readyCondition(fcv, metav1.ConditionTrue, fcv1.ReasonProvisionedForClaim,
+			fmt.Sprintf("carved for claim %s; %s publishes its PersistentVolume", orUnknownClaim(fcv.Annotations[fcv1.AnnotationClaim]), fcv1.CSIDriverName))}, ctrl.Result{}, nil
+	}
+
 	pv, err := r.getPersistentVolume(ctx, persistentVolumeName(fcv))
 	if err != nil {
 		return operatorStatus{}, ctrl.Result{}, err
@@ -105,7 +118,6 @@ func (r *FlashCacheVolumeReconciler) reconcilePersistentVolume(ctx context.Conte
 		return conflict, ctrl.Result{}, nil
 	}
 
-	provisioned := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned)
 	if pv == nil {
 		switch {
 		case provisioned == nil:
@@ -380,4 +392,13 @@ func CacheOptions() (cache.Options, error) {
 	return cache.Options{ByObject: map[client.Object]cache.ByObject{
 		&corev1.PersistentVolume{}: {Label: selector},
 	}}, nil
+}
+
+// orUnknownClaim is a claimed volume's claim as its annotation names it, when the provisioner
+// passed the claim's name.
+func orUnknownClaim(claim string) string {
+	if claim == "" {
+		return "(name not passed by the provisioner)"
+	}
+	return claim
 }

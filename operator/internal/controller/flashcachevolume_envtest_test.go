@@ -376,3 +376,27 @@ func orphan(t *testing.T, name string) {
 	_ = k8s.Delete(context.Background(), fcv)
 	_ = k8s.Delete(context.Background(), &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: persistentVolumeName(fcv)}})
 }
+
+// A volume the CSI driver carved for a claim gets no PersistentVolume from the operator (the
+// provisioner publishes one): Ready follows the agent's Provisioned alone.
+func TestAClaimedVolumeIsReadyWithoutAPersistentVolumeOfTheOperators(t *testing.T) {
+	createNode(t, "node-claimed", "node-claimed")
+	createVolume(t, "claimed", "node-claimed", func(f *fcv1.FlashCacheVolume) {
+		f.Annotations = map[string]string{fcv1.AnnotationProvisionedBy: fcv1.CSIDriverName, fcv1.AnnotationClaim: "db/data-mysql-0"}
+		f.Spec.CacheDevice, f.Spec.BackingDevice = nil, nil
+		f.Spec.Pool = &fcv1.PoolVolumeSource{Name: "pool-claimed", Size: resource.MustParse("1Gi")}
+	})
+	t.Cleanup(func() { orphan(t, "claimed") })
+	waitForReady(t, "claimed", metav1.ConditionFalse, fcv1.ReasonWaitingForAgent)
+	reportAsAgent(t, "claimed", metav1.ConditionTrue, fcv1.ReasonProvisioned, builtDevice("/dev/flashcache/claimed", "1Gi"))
+	waitForReady(t, "claimed", metav1.ConditionTrue, fcv1.ReasonProvisionedForClaim)
+	if _, _, m := readyReason(t, "claimed"); !strings.Contains(m, "db/data-mysql-0") {
+		t.Errorf("Ready message %q does not name the claim", m)
+	}
+	consistently(t, "no PersistentVolume of the operator's", func() error {
+		if _, err := getPV(persistentVolumeName(getVolume(t, "claimed"))); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("PersistentVolume %s: %v", persistentVolumeName(getVolume(t, "claimed")), err)
+		}
+		return nil
+	})
+}
