@@ -51,6 +51,10 @@ var Tools = []Tool{
 	{Name: "pvs", Debian: "lvm2", RHEL: "lvm2", Why: "reads which volume group a slow disk belongs to"},
 	{Name: "vgs", Debian: "lvm2", RHEL: "lvm2", Why: "reads a pool's capacity"},
 	{Name: "lvs", Debian: "lvm2", RHEL: "lvm2", Why: "reads a pool's carved volumes"},
+	{Name: "mkfs.xfs", Debian: "xfsprogs", RHEL: "xfsprogs", Why: "makes the filesystem of a claimed volume (CSI), on a blank device only"},
+	{Name: "xfs_growfs", Debian: "xfsprogs", RHEL: "xfsprogs", Why: "grows a claimed volume's XFS filesystem after an expansion"},
+	{Name: "mkfs.ext4", Debian: "e2fsprogs", RHEL: "e2fsprogs", Why: "makes an ext4 filesystem on a claimed volume that asks for one, on a blank device only"},
+	{Name: "resize2fs", Debian: "e2fsprogs", RHEL: "e2fsprogs", Why: "grows a claimed volume's ext4 filesystem after an expansion"},
 	{Name: "iscsiadm", Debian: "open-iscsi", RHEL: "iscsi-initiator-utils", Why: "discovers, logs in to and out of the iSCSI target of a backing device"},
 }
 

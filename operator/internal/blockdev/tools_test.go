@@ -15,7 +15,7 @@ import (
 )
 
 func TestRunnerRefusesACommandNotInTools(t *testing.T) {
-	for _, name := range []string{"rm", "sh", "mkfs.ext4", "/usr/sbin/wipefs"} {
+	for _, name := range []string{"rm", "sh", "mkfs.btrfs", "/usr/sbin/wipefs"} {
 		_, err := Runner{}.Run(context.Background(), name, "--version")
 		var unknown *UnknownToolError
 		if !errors.As(err, &unknown) || unknown.Name != name {

@@ -19,6 +19,7 @@ import (
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/agent"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/csi"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/heartbeat"
 	"github.com/flashcache/flashcache/operator/internal/version"
@@ -36,6 +37,7 @@ type agentOptions struct {
 	// heartbeatNamespace is where the agent renews its Lease; empty: no heartbeat.
 	heartbeatNamespace string
 	heartbeatInterval  time.Duration
+	csiEndpoint        string
 	zap                zap.Options
 }
 
@@ -62,6 +64,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush (a drain's or an eviction's); a longer flush goes on in the next reconcile")
 	f.StringVar(&opts.heartbeatNamespace, "heartbeat-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this node's heartbeat Lease, which the eviction webhook reads to say when a drain waits on a dead agent (default $POD_NAMESPACE); empty: no heartbeat")
 	f.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", heartbeat.DefaultInterval, "how often the heartbeat Lease is renewed; it is counted silent after four intervals")
+	f.StringVar(&opts.csiEndpoint, "csi-endpoint", "", "unix socket to serve the CSI node service on, for the kubelet (unix:///var/lib/kubelet/plugins/csi.flashcache.io/csi.sock); empty: no CSI")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
@@ -130,6 +133,13 @@ func runAgent(opts agentOptions) error {
 		}
 	} else {
 		ctrl.Log.Info("no --heartbeat-namespace: drains will not be told when this agent is down")
+	}
+	if opts.csiEndpoint != "" {
+		log := ctrl.Log.WithName("csi")
+		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), Runner: blockdev.Runner{Log: log}, Log: log}
+		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{}, Node: node, Log: log}); err != nil {
+			return fmt.Errorf("setting up the CSI node service: %w", err)
+		}
 	}
 	return runManager(mgr, r.Ready)
 }

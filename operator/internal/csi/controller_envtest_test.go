@@ -292,3 +292,46 @@ func TestDeleteVolumeWaitsForTheTeardownAndSparesHandWrittenVolumes(t *testing.T
 		t.Errorf("a hand-written volume was deleted through the driver: %v", err)
 	}
 }
+
+// The node service stages only a volume of its node that the agent has built at its full size;
+// otherwise it says why, and the kubelet asks again.
+func TestNodeStagesOnlyABuiltVolumeOfItsNode(t *testing.T) {
+	ctx := context.Background()
+	readyPool(t, "stage-a", "stage-node", "4Gi")
+	c := newController()
+	deleteVolume(t, "pvc-stage-1")
+	if _, err := c.CreateVolume(ctx, createRequest("pvc-stage-1", 1<<30, "stage-node", nil)); err != nil {
+		t.Fatal(err)
+	}
+	stage := func(n *Node) error {
+		_, err := n.NodeStageVolume(ctx, &csi.NodeStageVolumeRequest{VolumeId: "pvc-stage-1", StagingTargetPath: t.TempDir(), VolumeCapability: mountCapability()[0]})
+		return err
+	}
+	wantCode(t, stage(&Node{NodeName: "other-node", Client: k8s}), codes.FailedPrecondition, "on node stage-node")
+	node := &Node{NodeName: "stage-node", Client: k8s}
+	wantCode(t, stage(node), codes.Unavailable, "not built yet")
+
+	var fcv fcv1.FlashCacheVolume
+	if err := k8s.Get(ctx, client.ObjectKey{Name: "pvc-stage-1"}, &fcv); err != nil {
+		t.Fatal(err)
+	}
+	half := resource.MustParse("512Mi")
+	fcv.Status.Device = &fcv1.DeviceStatus{Name: "bcache9", Path: "/dev/flashcache/pvc-stage-1", Capacity: &half}
+	fcv.Status.Conditions = []metav1.Condition{{Type: fcv1.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: fcv1.ReasonProvisioned, LastTransitionTime: metav1.Now()}}
+	if err := k8s.Status().Update(ctx, &fcv); err != nil {
+		t.Fatal(err)
+	}
+	wantCode(t, stage(node), codes.Unavailable, "being grown from 512Mi to 1Gi")
+	full := resource.MustParse("1Gi")
+	fcv.Status.Device.Capacity = &full
+	if err := k8s.Status().Update(ctx, &fcv); err != nil {
+		t.Fatal(err)
+	}
+	// Built at its size; here the device itself is not on this machine.
+	wantCode(t, stage(node), codes.Unavailable, "/dev/flashcache/pvc-stage-1")
+
+	info, err := node.NodeGetInfo(ctx, &csi.NodeGetInfoRequest{})
+	if err != nil || info.GetNodeId() != "stage-node" || info.GetAccessibleTopology().GetSegments()[TopologyNodeKey] != "stage-node" {
+		t.Errorf("NodeGetInfo: %v %v", info, err)
+	}
+}
