@@ -38,6 +38,7 @@ type agentOptions struct {
 	heartbeatNamespace string
 	heartbeatInterval  time.Duration
 	csiEndpoint        string
+	csiRegistration    string
 	zap                zap.Options
 }
 
@@ -65,6 +66,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.heartbeatNamespace, "heartbeat-namespace", os.Getenv("POD_NAMESPACE"), "namespace of this node's heartbeat Lease, which the eviction webhook reads to say when a drain waits on a dead agent (default $POD_NAMESPACE); empty: no heartbeat")
 	f.DurationVar(&opts.heartbeatInterval, "heartbeat-interval", heartbeat.DefaultInterval, "how often the heartbeat Lease is renewed; it is counted silent after four intervals")
 	f.StringVar(&opts.csiEndpoint, "csi-endpoint", "", "unix socket to serve the CSI node service on, for the kubelet (unix:///var/lib/kubelet/plugins/csi.flashcache.io/csi.sock); empty: no CSI")
+	f.StringVar(&opts.csiRegistration, "kubelet-registration-socket", csi.DefaultRegistrationSocket, "socket in the kubelet's plugins_registry folder through which the kubelet registers the CSI driver (with --csi-endpoint, which must be the same path on the host)")
 	f.DurationVar(&opts.requestGrace, "flush-request-grace", 2*time.Minute, "how long an eviction's flush request holds a volume in writethrough after its last retry")
 	goFlags := flag.NewFlagSet("zap", flag.ContinueOnError)
 	opts.zap.BindFlags(goFlags)
@@ -139,6 +141,9 @@ func runAgent(opts agentOptions) error {
 		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), Runner: blockdev.Runner{Log: log}, Log: log}
 		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{}, Node: node, Log: log}); err != nil {
 			return fmt.Errorf("setting up the CSI node service: %w", err)
+		}
+		if err := mgr.Add(&csi.Registrar{Socket: opts.csiRegistration, Endpoint: opts.csiEndpoint, Log: log}); err != nil {
+			return fmt.Errorf("setting up the kubelet's plugin registration: %w", err)
 		}
 	}
 	return runManager(mgr, r.Ready)

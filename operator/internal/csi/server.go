@@ -40,19 +40,40 @@ func socketPath(endpoint string) (string, error) {
 	return "", fmt.Errorf("CSI endpoint %q: only unix sockets are served", endpoint)
 }
 
-// Start listens until ctx ends. A socket left by a process that died is removed first: nothing
-// else listens there, the sidecars only connect.
-func (s *Server) Start(ctx context.Context) error {
-	path, err := socketPath(s.Endpoint)
+// listen listens on a unix endpoint. A socket left by a process that died is removed first:
+// nothing else listens there, the sidecars and the kubelet only connect.
+func listen(endpoint string) (net.Listener, error) {
+	path, err := socketPath(endpoint)
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+		return nil, fmt.Errorf("the socket's folder: %w", err)
 	}
 	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
-		return fmt.Errorf("removing the old CSI socket: %w", err)
+		return nil, fmt.Errorf("removing the old socket %s: %w", path, err)
 	}
 	listener, err := net.Listen("unix", path)
 	if err != nil {
-		return fmt.Errorf("listening on the CSI socket: %w", err)
+		return nil, fmt.Errorf("listening on %s: %w", path, err)
+	}
+	return listener, nil
+}
+
+// serve serves until ctx ends.
+func serve(ctx context.Context, server *grpc.Server, listener net.Listener) error {
+	go func() {
+		<-ctx.Done()
+		server.GracefulStop()
+	}()
+	return server.Serve(listener)
+}
+
+// Start serves until ctx ends.
+func (s *Server) Start(ctx context.Context) error {
+	listener, err := listen(s.Endpoint)
+	if err != nil {
+		return fmt.Errorf("CSI: %w", err)
 	}
 	server := grpc.NewServer(grpc.ChainUnaryInterceptor(s.logCalls))
 	csi.RegisterIdentityServer(server, s.Identity)
@@ -62,12 +83,8 @@ func (s *Server) Start(ctx context.Context) error {
 	if s.Node != nil {
 		csi.RegisterNodeServer(server, s.Node)
 	}
-	go func() {
-		<-ctx.Done()
-		server.GracefulStop()
-	}()
 	s.Log.Info("serving CSI", "endpoint", s.Endpoint, "controller", s.Controller != nil, "node", s.Node != nil)
-	if err := server.Serve(listener); err != nil {
+	if err := serve(ctx, server, listener); err != nil {
 		return fmt.Errorf("serving CSI: %w", err)
 	}
 	return nil
