@@ -126,6 +126,12 @@ func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([
 		if pvc.Spec.VolumeName == "" {
 			continue
 		}
+		if fcv, err := g.claimedVolume(ctx, &pvc); err != nil {
+			return nil, err
+		} else if fcv != nil {
+			out = append(out, fcv)
+			continue
+		}
 		// The cache holds only PersistentVolumes labelled as ours: any other is not found.
 		var pv corev1.PersistentVolume
 		if err := g.Reader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, &pv); err != nil {
@@ -151,6 +157,26 @@ func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([
 		out = append(out, &fcv)
 	}
 	return out, nil
+}
+
+// claimedVolume is the volume the CSI driver carved for a claim, if the claim is bound to one:
+// the provisioner names the PersistentVolume as the driver named the volume, and the volume
+// records its claim.
+func (g *EvictionGate) claimedVolume(ctx context.Context, pvc *corev1.PersistentVolumeClaim) (*fcv1.FlashCacheVolume, error) {
+	var fcv fcv1.FlashCacheVolume
+	if err := g.Reader.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, &fcv); err != nil {
+		if client.IgnoreNotFound(err) == nil {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("reading FlashCacheVolume %s: %w", pvc.Spec.VolumeName, err)
+	}
+	if fcv.Annotations[fcv1.AnnotationProvisionedBy] != fcv1.CSIDriverName {
+		return nil, nil
+	}
+	if claim := fcv.Annotations[fcv1.AnnotationClaim]; claim != "" && claim != pvc.Namespace+"/"+pvc.Name {
+		return nil, nil
+	}
+	return &fcv, nil
 }
 
 // needsFlush: a writeback volume, or one whose device still runs in writeback, may hold data

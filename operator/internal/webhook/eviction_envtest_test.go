@@ -337,3 +337,53 @@ func TestAHeldEvictionSaysWhenTheNodeAgentIsSilentAndHowToProceed(t *testing.T) 
 		t.Errorf("stale Lease: %v, want 429 saying when the agent last reported", err)
 	}
 }
+
+// A volume carved for a claim by the CSI driver has the provisioner's PersistentVolume, named as
+// the volume and not labelled by the operator: its pod's eviction waits for its flush too, and
+// a claim bound to another volume of that name is not taken for it.
+func TestEvictionOfAPodOnAClaimedVolumeWaitsForItsFlush(t *testing.T) {
+	ctx := context.Background()
+	name := "claimed-eviction"
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}))
+	volume := "pvc-claimed-eviction"
+	fcv := &fcv1.FlashCacheVolume{ObjectMeta: metav1.ObjectMeta{Name: volume, Annotations: map[string]string{
+		fcv1.AnnotationProvisionedBy: fcv1.CSIDriverName, fcv1.AnnotationClaim: name + "/data"}},
+		Spec: fcv1.FlashCacheVolumeSpec{NodeName: "node-1", Mode: fcv1.CacheModeWriteback,
+			Pool: &fcv1.PoolVolumeSource{Name: "pool-1", Size: resource.MustParse("1Gi")}}}
+	must(k8s.Create(ctx, fcv))
+	fcv.Status = dirtyWriteback("5Mi")
+	must(k8s.Status().Update(ctx, fcv))
+	class := "flashcache-claims"
+	pod := func(claim string) *corev1.Pod {
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: name},
+			Spec: corev1.PersistentVolumeClaimSpec{StorageClassName: &class, VolumeName: volume,
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		must(k8s.Create(ctx, pvc))
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "mysql-" + claim, Namespace: name},
+			Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "mysql", Image: "mariadb"}},
+				Volumes: []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{
+					PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}}}
+		must(k8s.Create(ctx, p))
+		return p
+	}
+	mine, other := pod("data"), pod("other")
+	waitFor(t, "the cache to see the claimed volume", func() bool {
+		var got fcv1.FlashCacheVolume
+		var p corev1.Pod
+		return k8s.Get(ctx, types.NamespacedName{Name: volume}, &got) == nil && got.Status.Device != nil &&
+			k8s.Get(ctx, client.ObjectKeyFromObject(other), &p) == nil
+	})
+	if err := evict(mine); !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "flashcache volume "+volume) {
+		t.Errorf("eviction of the claim's pod: %v, want 429 naming %s", err, volume)
+	}
+	if err := evict(other); err != nil {
+		t.Errorf("eviction of a pod whose claim the volume does not record: %v, want it to pass", err)
+	}
+}
