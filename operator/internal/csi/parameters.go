@@ -31,10 +31,10 @@ const (
 	reservedPrefix      = "csi.storage.k8s.io/"
 )
 
-// tunableParameters are the FlashCacheVolume fields a StorageClass may set, by their JSON path in
+// TunableParameters are the FlashCacheVolume fields a StorageClass may set, by their JSON path in
 // the spec. The devices, the node and the pool are the driver's to choose; a pool's replacement
 // policy is the pool's.
-var tunableParameters = []string{
+var TunableParameters = []string{
 	"mode", "dirtyThresholdPercent", "flushPeriod", "sequentialCutoff", "cacheSequentialUntilFull",
 	"safety.policy", "safety.trustWriteCache", "safety.maxWearPercent", "safety.wearCheckInterval",
 }
@@ -55,8 +55,8 @@ func specFromParameters(params map[string]string) (fcv1.FlashCacheVolumeSpec, er
 		if strings.HasPrefix(key, reservedPrefix) {
 			continue
 		}
-		if !slices.Contains(tunableParameters, key) {
-			return spec, fmt.Errorf("StorageClass parameter %q is not one flashcache takes; it takes %s", key, strings.Join(tunableParameters, ", "))
+		if !slices.Contains(TunableParameters, key) {
+			return spec, fmt.Errorf("StorageClass parameter %q is not one flashcache takes; it takes %s", key, strings.Join(TunableParameters, ", "))
 		}
 		node := tree
 		path := strings.Split(key, ".")

@@ -13,6 +13,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/flashcache/flashcache/operator/internal/csi"
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 )
 
@@ -113,5 +114,37 @@ func TestChartCopiesAreTheProjectsFiles(t *testing.T) {
 		if err != nil || !bytes.Equal(a, b) {
 			t.Errorf("charts/flashcache/%s differs from %s (run make generate): %v", copy, source, err)
 		}
+	}
+}
+
+// The schema takes the StorageClass parameters the CSI driver takes, no more and no fewer.
+func TestChartStorageClassParametersAreTheDriversTunables(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "values.schema.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties struct {
+			CSI struct {
+				Properties struct {
+					StorageClass struct {
+						Properties struct {
+							Parameters struct {
+								PropertyNames struct {
+									Enum []string `json:"enum"`
+								} `json:"propertyNames"`
+							} `json:"parameters"`
+						} `json:"properties"`
+					} `json:"storageClass"`
+				} `json:"properties"`
+			} `json:"csi"`
+		} `json:"properties"`
+	}
+	if err := yaml.Unmarshal(raw, &schema); err != nil {
+		t.Fatal(err)
+	}
+	got := schema.Properties.CSI.Properties.StorageClass.Properties.Parameters.PropertyNames.Enum
+	if strings.Join(got, " ") != strings.Join(csi.TunableParameters, " ") {
+		t.Errorf("values.schema.json csi.storageClass.parameters takes %v; the driver takes %v", got, csi.TunableParameters)
 	}
 }
