@@ -84,7 +84,8 @@ func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
 		{"agent.priorityClass.value=2000000000", "/agent/priorityClass/value"},
 		{"operator.replica=2", "replica"},
 		{"agent.iscsi.secretNamespaces={Databases}", "/agent/iscsi/secretNamespaces/0"},
-		{"csi.storageClass.parameters.nodeName=worker-1", "/csi/storageClass/parameters"},
+		// helm's schema error names the key but not its path.
+		{"csi.storageClass.parameters.nodeName=worker-1", "invalid propertyName 'nodeName'"},
 	} {
 		out, err := helm(t, "template", "x", ".", "--set", tc.set)
 		if err == nil {
