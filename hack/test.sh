@@ -36,22 +36,34 @@ logs=${TEST_LOGS:-$root/test-logs}
 rm -rf "$logs"
 mkdir -p "$logs"
 times=$logs/times.tsv
-printf 'tier\tseconds\tresult\tstarted\n' >"$times"
+printf 'tier\tseconds\tresult\tstarted\tcpu_seconds\n' >"$times"
 began=$SECONDS
 
 say() { printf '\n==> %s [%s, %d s in]\n' "$*" "$(date -u +%T)" "$((SECONDS - began))"; }
 
-# record NAME START STAMP RC: adds a step's line to times.tsv and sets $result.
+# children_cpu VAR: sets VAR to the CPU seconds (user and system) of this shell's finished
+# children so far, QEMU and go test under a tier's make among them, as bash's `times` counts them.
+# It must run in the shell itself, not in a command substitution, which would count its own.
+cpu_file=$logs/.cpu
+children_cpu() {
+	local file=$cpu_file.$BASHPID
+	times >"$file"
+	printf -v "$1" '%s' "$(awk 'NR == 2 {s = 0; for (i = 1; i <= 2; i++) {split($i, a, "m"); sub("s", "", a[2]); s += a[1] * 60 + a[2]} printf "%d", s}' "$file")"
+	rm -f "$file"
+}
+
+# record NAME START STAMP RC CPU: adds a step's line to times.tsv and sets $result.
 record() {
 	result=passed
 	(($4 == 0)) || result="FAILED (exit $4)"
-	printf '%s\t%d\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$result" "$3" >>"$times"
+	printf '%s\t%d\t%s\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$result" "$3" "$5" >>"$times"
 }
 
 # tier NAME [LOG]: runs `make NAME`, into LOG when given (else to this terminal); records its time.
 tier() {
-	local name=$1 log=${2:-} start=$SECONDS stamp rc=0
+	local name=$1 log=${2:-} start=$SECONDS stamp rc=0 cpu_before cpu_after
 	stamp=$(date -u +%T)
+	children_cpu cpu_before
 	say "start $name"
 	if [[ -n $log ]]; then
 		make --no-print-directory "$name" >"$log" 2>&1 || rc=$?
@@ -59,7 +71,8 @@ tier() {
 		make --no-print-directory "$name" || rc=$?
 	fi
 	local result
-	record "$name" "$start" "$stamp" "$rc"
+	children_cpu cpu_after
+	record "$name" "$start" "$stamp" "$rc" "$((cpu_after - cpu_before))"
 	say "$name $result in $((SECONDS - start)) s${log:+, log $log}"
 	if ((rc != 0)) && [[ -n $log ]]; then
 		echo "---- $log ----"
@@ -72,11 +85,18 @@ tier() {
 	return "$rc"
 }
 
+# busy_jiffies: the machine's busy and total CPU time so far, from /proc/stat's first line.
+busy_jiffies() { awk '/^cpu / {t = 0; for (i = 2; i <= NF; i++) t += $i; print t - $5 - $6, t}' /proc/stat; }
+read -r busy_began total_began < <(busy_jiffies)
+
 summary() {
+	local busy total
+	read -r busy total < <(busy_jiffies)
 	echo
-	echo "make test: tiers (log folder $logs)"
-	awk -F'\t' '{printf "  %-18s %8s  %-18s %s\n", $1, $2, $3, $4}' "$times"
-	echo "make test: $((SECONDS - began)) s in all"
+	echo "make test: tiers (log folder $logs; cpu_seconds: the tier's processes, user and system)"
+	awk -F'\t' '{printf "  %-18s %8s  %-18s %-9s %s\n", $1, $2, $3, $4, $5}' "$times"
+	echo "make test: $((SECONDS - began)) s in all; the machine's CPUs were busy" \
+		"$(((busy - busy_began) * 100 / (total - total_began)))% of that time"
 	awk -F'\t' 'NR > 1 {if ($3 == "passed") p++; else f++} END {printf "tiers: %d passed, %d failed\n", p, f}' "$times"
 }
 
@@ -92,7 +112,8 @@ say "start test-prepare (background, log $prepare_log)"
 	# disk from an honest one by its flush latency), and a cold build at full priority beside
 	# them once made a liar's flush look 3 ms slow.
 	nice --adjustment=10 make --no-print-directory test-prepare >"$prepare_log" 2>&1 || rc=$?
-	record test-prepare "$start" "$stamp" "$rc"
+	children_cpu cpu
+	record test-prepare "$start" "$stamp" "$rc" "$cpu"
 	exit "$rc"
 ) &
 prepare=$!
