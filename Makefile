@@ -94,25 +94,38 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # then two lanes side by side, each in its order (hack/test.sh; logs in test-logs/). The lanes are
 # balanced by their warm times (docs/testing.md). TEST_LAST runs alone after
 # the lanes, for a tier that cannot share the machine (none today).
-TEST_FIRST := lint verify-generated test-unit test-envtest
+TEST_FIRST := lint test-unit verify-generated
 TEST_LANE_KERNEL := test-vm test-ansible
-TEST_LANE_CLUSTER := policy-scan test-helm test-durability test-e2e test-bench-smoke test-demo
+TEST_LANE_CLUSTER := policy-scan test-durability test-envtest test-helm test-e2e test-bench-smoke test-demo
 TEST_LAST :=
 
 .PHONY: test
 test: ## Every tier below, as CI runs it: some one after another, two lanes side by side (logs and times in test-logs/).
 	hack/test.sh "$(TEST_FIRST)" "$(TEST_LAST)" "$(TEST_LANE_KERNEL)" "$(TEST_LANE_CLUSTER)"
 
+# test-prepare's two streams run side by side: on a fresh machine the downloads wait on the network
+# and dpkg, the builds on the CPU. Each is in the order the tiers need it: helm for
+# verify-generated, the VM image for the kernel lane, the control plane for envtest and e2e.
 .PHONY: test-prepare
 test-prepare: ## Install and build what the tiers use (packages, control plane, VM image, Ansible, binary, images); make test starts it in the background.
 	hack/install-deps.sh
-	hack/build-control-plane.sh etcd kube-apiserver kubectl helm >/dev/null
+	$(MAKE) --no-print-directory -j2 prepare-downloads prepare-builds
+
+.PHONY: prepare-downloads
+prepare-downloads: ## test-prepare's installs: QEMU and the VM image, docker and the base images, the virtualenvs.
 	hack/install-vm-deps.sh
 	hack/build-vm-image.sh >/dev/null
+	hack/install-venv.sh checkov >/dev/null
+	hack/install-docker.sh
+	hack/build-base-images.sh >/dev/null
+	hack/install-ansible.sh >/dev/null
+
+.PHONY: prepare-builds
+prepare-builds: ## test-prepare's builds: the control plane, kubelet, bin/flashcache, the image and the node images.
+	hack/build-control-plane.sh helm etcd kube-apiserver kubectl >/dev/null
 	$(MAKE) --no-print-directory build
 	hack/build-control-plane.sh $(E2E_COMPONENTS) kubelet kube-proxy >/dev/null
 	image=$$($(MAKE) -s --no-print-directory image) && hack/build-node-images.sh "$$image" >/dev/null
-	hack/install-ansible.sh >/dev/null
 
 .PHONY: policy-scan
 policy-scan: ## Scan the rendered manifests (deploy/flashcache.yaml) with checkov; fails on a finding the chart does not accept with its reason.
