@@ -29,7 +29,7 @@ ARG COMMIT=
 RUN --mount=type=cache,target=/go/pkg/mod \
 	--mount=type=cache,target=/root/.cache/go-build \
 	go build -trimpath \
-	-ldflags "-X github.com/flashcache/flashcache/operator/internal/version.Version=${VERSION} -X github.com/flashcache/flashcache/operator/internal/version.Commit=${COMMIT}" \
+	-ldflags "-s -w -X github.com/flashcache/flashcache/operator/internal/version.Version=${VERSION} -X github.com/flashcache/flashcache/operator/internal/version.Commit=${COMMIT}" \
 	-o /out/flashcache ./cmd \
 	&& /out/flashcache node tools --packages=debian >/out/packages.txt
 

@@ -272,6 +272,9 @@ guest rm -f /run/demo-watch-stop
 guest 'while [ ! -e /run/demo-watch-stop ]; do echo $(cat /sys/block/bcache0/bcache/state /sys/block/bcache0/bcache/dirty_data); sleep 0.2; done' |
 	stamp >"$work/bcache-state.log" 2>&1 &
 watcher=$!
+# The drain starts once the loop has read the state once, so that its first line is the state
+# the drain began with (a run on a loaded host saw the loop's ssh start after the flush ended).
+wait_for 60 test -s "$work/bcache-state.log" || true
 k logs -n db mariadb-0 -f >"$work/mariadb-before.log" 2>&1 &
 mariadb_logs=$!
 drain_ok=0

@@ -519,8 +519,22 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	})
 	partMiB := g.sysfsInt(t, "/sys/class/block/"+g.kernelName(t, cacheA)+"p1/size") / 2048
 	before := bypassedReads()
-	g.sh(t, fmt.Sprintf("dd if=/dev/flashcache/vol-a of=/dev/null bs=1M count=%d iflag=direct status=none", partMiB))
+	stream := fmt.Sprintf("dd if=/dev/flashcache/vol-a of=/dev/null bs=1M count=%d iflag=direct status=none", partMiB)
+	g.sh(t, stream)
+	// priority_stats counts a bucket as used once bcache's garbage collection has marked it, and
+	// bcache drops a read miss's insert when its allocator has no free bucket yet (a fresh CI run,
+	// beside cold builds, saw 32% unused after one stream): let GC mark the buckets, and give the
+	// stream a second read for the inserts the first lost. Still 0 reads bypassed either way.
 	left := unused()
+	for pass := 0; left > 10 && pass < 2; pass++ {
+		g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
+		time.Sleep(3 * time.Second)
+		if left = unused(); left > 10 {
+			t.Logf("after the stream and a garbage collection, %d%% of the cache unused: reading it again", left)
+			g.sh(t, stream)
+			left = unused()
+		}
+	}
 	time.Sleep(15 * time.Second) // bcache folds its counters into stats_total every 13.6 s
 	t.Logf("read %d MiB, the size of the cache partition, in one stream: %d%% of the cache unused, %d reads bypassed",
 		partMiB, left, bypassedReads()-before)
