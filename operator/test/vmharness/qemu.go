@@ -176,7 +176,19 @@ type qemuConfig struct {
 	tap                     string
 	// qmpSocket, when set, is where QEMU listens for QMP (run-time changes to devices).
 	qmpSocket string
+	// hotplugSlots gives the machine room for data disks added while it runs (a SCSI controller,
+	// PCIe root ports for NVMe drives) instead of disks of its own: a booted snapshot's machine.
+	hotplugSlots bool
+	// incoming, when set, starts the machine from a saved state (QEMU's -incoming) instead of
+	// booting it.
+	incoming string
 }
+
+// hotplugRootPorts is how many NVMe drives a VM restored from a booted snapshot can take.
+const hotplugRootPorts = 6
+
+// hotplugRootPort is the id of the i-th PCIe root port of a hot-plug machine.
+func hotplugRootPort(i int) string { return fmt.Sprintf("fc-rp%d", i) }
 
 // qemuArgs builds the command line. -no-reboot turns a guest reboot into a QEMU exit, which the
 // harness answers by starting QEMU again: Reboot is then the guest's real reboot path, and a
@@ -221,7 +233,16 @@ func qemuArgs(c qemuConfig) []string {
 		args = append(args, "-virtfs", fmt.Sprintf("local,id=share%d,path=%s,mount_tag=%s,security_model=none,readonly=on",
 			i, escapeOpt(s.Path), escapeOpt(s.Tag)))
 	}
-	scsi := false
+	if c.hotplugSlots {
+		args = append(args, "-device", "virtio-scsi-pci,id=scsi0")
+		for i := range hotplugRootPorts {
+			args = append(args, "-device", fmt.Sprintf("pcie-root-port,id=%s,chassis=%d", hotplugRootPort(i), i+1))
+		}
+	}
+	if c.incoming != "" {
+		args = append(args, "-incoming", c.incoming)
+	}
+	scsi := c.hotplugSlots
 	for i, d := range c.disks {
 		id := fmt.Sprintf("disk%d", i)
 		drive := "if=none,id=" + id + ",format=raw,file=" + escapeOpt(d.Path)

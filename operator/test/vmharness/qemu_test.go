@@ -258,3 +258,41 @@ func TestSSHReadyIsReadOnlyFromTheBootBeingWaitedFor(t *testing.T) {
 		t.Error("the new boot's marker was not seen")
 	}
 }
+
+// A booted snapshot's machine and the one restored from it: the same devices, room for disks and
+// none of their own (they are plugged in after the restore), the saved state loaded instead of a
+// boot.
+func TestSnapshotMachineHasRoomForDisksAndNoneOfItsOwn(t *testing.T) {
+	disks, err := prepareDisks([]Disk{{Kind: NVMe, Serial: "c", Size: 4096}, {Kind: HDD, Serial: "h", Size: 4096}}, "/w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := strings.Join(qemuArgs(qemuConfig{rootDisk: "/r.qcow2", sshPort: 2222, hotplugSlots: true}), " ")
+	restored := qemuArgs(qemuConfig{rootDisk: "/r2.qcow2", sshPort: 2223, hotplugSlots: true, incoming: "exec:cat '/s/state'"})
+	if got := strings.Count(saved, "pcie-root-port"); got != hotplugRootPorts {
+		t.Errorf("%d root ports, want %d:\n%s", got, hotplugRootPorts, saved)
+	}
+	if strings.Count(saved, "virtio-scsi-pci,id=scsi0") != 1 || strings.Contains(saved, "-incoming") {
+		t.Errorf("the snapshot's machine: want one SCSI controller and a boot:\n%s", saved)
+	}
+	joined := strings.Join(restored, " ")
+	if !strings.Contains(joined, "-incoming exec:cat '/s/state'") {
+		t.Errorf("the restored machine does not load the state:\n%s", joined)
+	}
+	devices := func(args []string) (d []string) {
+		for i := range args {
+			if args[i] == "-device" {
+				d = append(d, args[i+1])
+			}
+		}
+		return d
+	}
+	if s, r := devices(strings.Fields(saved)), devices(restored); strings.Join(s, " ") != strings.Join(r, " ") {
+		t.Errorf("the restored machine's devices differ from the saved one's:\n%v\n%v", s, r)
+	}
+	// HDDs given to a hot-plug machine use its SCSI controller, not one more.
+	withDisks := strings.Join(qemuArgs(qemuConfig{rootDisk: "/r.qcow2", disks: disks, hotplugSlots: true}), " ")
+	if strings.Count(withDisks, "virtio-scsi-pci") != 1 {
+		t.Errorf("a second SCSI controller:\n%s", withDisks)
+	}
+}

@@ -21,56 +21,77 @@ func (vm *VM) SetNVMeCriticalWarning(ctx context.Context, serial string, value i
 
 // qmp runs one QMP command on the running QEMU and waits for its answer.
 func (vm *VM) qmp(ctx context.Context, command string, arguments map[string]any) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", vm.qmpSocket())
+	s, err := dialQMP(ctx, vm.qmpSocket())
 	if err != nil {
-		return fmt.Errorf("vmharness: QMP: %w", err)
+		return err
 	}
-	defer func() { _ = conn.Close() }()
+	defer s.close()
+	_, err = s.call(command, arguments)
+	return err
+}
+
+// qmpSession is one connection to QEMU's QMP socket, past the capabilities handshake.
+type qmpSession struct {
+	conn net.Conn
+	dec  *json.Decoder
+	enc  *json.Encoder
+}
+
+// dialQMP connects to a QMP socket; each call made on the session is bounded by ctx's deadline, or
+// 30 s.
+func dialQMP(ctx context.Context, socket string) (*qmpSession, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("vmharness: QMP: %w", err)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
 		deadline = dl
 	}
 	_ = conn.SetDeadline(deadline)
-	dec, enc := json.NewDecoder(conn), json.NewEncoder(conn)
+	s := &qmpSession{conn: conn, dec: json.NewDecoder(conn), enc: json.NewEncoder(conn)}
 	var greeting map[string]any
-	if err := dec.Decode(&greeting); err != nil {
-		return fmt.Errorf("vmharness: QMP greeting: %w", err)
+	if err := s.dec.Decode(&greeting); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("vmharness: QMP greeting: %w", err)
 	}
-	call := func(cmd string, args map[string]any) error {
-		msg := map[string]any{"execute": cmd}
-		if args != nil {
-			msg["arguments"] = args
-		}
-		if err := enc.Encode(msg); err != nil {
-			return err
-		}
-		for {
-			var reply struct {
-				Return json.RawMessage `json:"return"`
-				Error  *struct {
-					Class, Desc string
-				} `json:"error"`
-				Event string `json:"event"`
-			}
-			if err := dec.Decode(&reply); err != nil {
-				return err
-			}
-			switch {
-			case reply.Event != "":
-				continue // asynchronous events come in between
-			case reply.Error != nil:
-				return fmt.Errorf("%s: %s", reply.Error.Class, reply.Error.Desc)
-			default:
-				return nil
-			}
-		}
+	if _, err := s.call("qmp_capabilities", nil); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("vmharness: QMP capabilities: %w", err)
 	}
-	if err := call("qmp_capabilities", nil); err != nil {
-		return fmt.Errorf("vmharness: QMP capabilities: %w", err)
-	}
-	if err := call(command, arguments); err != nil {
-		return fmt.Errorf("vmharness: QMP %s %v: %w", command, arguments, err)
-	}
-	return nil
+	return s, nil
 }
+
+// call runs a command and returns its "return" value.
+func (s *qmpSession) call(command string, arguments map[string]any) (json.RawMessage, error) {
+	msg := map[string]any{"execute": command}
+	if arguments != nil {
+		msg["arguments"] = arguments
+	}
+	if err := s.enc.Encode(msg); err != nil {
+		return nil, fmt.Errorf("vmharness: QMP %s: %w", command, err)
+	}
+	for {
+		var reply struct {
+			Return json.RawMessage `json:"return"`
+			Error  *struct {
+				Class, Desc string
+			} `json:"error"`
+			Event string `json:"event"`
+		}
+		if err := s.dec.Decode(&reply); err != nil {
+			return nil, fmt.Errorf("vmharness: QMP %s: %w", command, err)
+		}
+		switch {
+		case reply.Event != "":
+			continue // asynchronous events come in between
+		case reply.Error != nil:
+			return nil, fmt.Errorf("vmharness: QMP %s %v: %s: %s", command, arguments, reply.Error.Class, reply.Error.Desc)
+		default:
+			return reply.Return, nil
+		}
+	}
+}
+
+func (s *qmpSession) close() { _ = s.conn.Close() }

@@ -75,6 +75,8 @@ type VM struct {
 	sshConfig *ssh.ClientConfig
 	keyPath   string
 	volatile  *volatileSet
+	// hotplugMachine: the machine of a booted snapshot, with room for disks and none of its own.
+	hotplugMachine bool
 
 	mu       sync.Mutex
 	port     int
@@ -90,6 +92,21 @@ func Boot(ctx context.Context, opts Options) (*VM, error) {
 	vm, err := newVM(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("vmharness: boot: %w", err)
+	}
+	if restorable(vm.opts, vm.disks) {
+		snap, err := snapshotFor(ctx, vm.opts)
+		if err == nil {
+			if err = vm.restore(ctx, snap); err == nil {
+				return vm, nil
+			}
+			vm.kill()
+		}
+		// A snapshot that cannot be made or restored costs time, not the test: boot for real.
+		vm.logf("no start from a booted snapshot (%v); booting", err)
+		if err := vm.newRootOverlay(ctx); err != nil {
+			vm.Close()
+			return nil, fmt.Errorf("vmharness: boot: %w", err)
+		}
 	}
 	if err := vm.Start(ctx); err != nil {
 		vm.Close()
@@ -155,16 +172,24 @@ func newVM(ctx context.Context, opts Options) (*VM, error) {
 	if err := vm.loadKeys(); err != nil {
 		return nil, err
 	}
-	// A new Boot is a new machine: never inherit a root disk from an earlier run.
-	if err := os.Remove(vm.root); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := vm.newRootOverlay(ctx); err != nil {
 		return nil, err
 	}
-	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-		"-b", filepath.Join(opts.Image, "rootfs.qcow2"), vm.root).CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("create root overlay: %w: %s", err, bytes.TrimSpace(out))
-	}
 	return vm, nil
+}
+
+// newRootOverlay gives the VM a blank root overlay on the image: a new Boot is a new machine and
+// never inherits a root disk from an earlier run.
+func (vm *VM) newRootOverlay(ctx context.Context) error {
+	if err := os.Remove(vm.root); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
+		"-b", filepath.Join(vm.opts.Image, "rootfs.qcow2"), vm.root).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("create root overlay: %w: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
 }
 
 func (vm *VM) loadKeys() error {
@@ -358,7 +383,11 @@ func fileSize(path string) int64 {
 	return st.Size()
 }
 
-func (vm *VM) launch() error {
+func (vm *VM) launch() error { return vm.launchWith("") }
+
+// launchWith starts QEMU; with incoming set, from that saved state (the machine of a booted
+// snapshot, its disks plugged in afterwards) instead of a boot with the VM's disks.
+func (vm *VM) launchWith(incoming string) error {
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -368,20 +397,26 @@ func (vm *VM) launch() error {
 	if err != nil {
 		return err
 	}
+	disks := vm.presentDisks()
+	if incoming != "" {
+		disks = nil // plugged in once the saved machine is loaded
+	}
 	args := qemuArgs(qemuConfig{
-		kernel:     filepath.Join(image, "vmlinuz"),
-		initrd:     filepath.Join(image, "initrd.img"),
-		cmdline:    strings.TrimSpace(string(cmdline)),
-		rootDisk:   vm.root,
-		disks:      vm.presentDisks(),
-		nbdSockets: vm.volatile.sockets(),
-		memoryMiB:  vm.opts.MemoryMiB,
-		cpus:       vm.opts.CPUs,
-		sshPort:    port,
-		consoleLog: vm.console,
-		shares:     vm.opts.Shares,
-		tap:        vm.opts.Tap,
-		qmpSocket:  vm.qmpSocket(),
+		kernel:       filepath.Join(image, "vmlinuz"),
+		initrd:       filepath.Join(image, "initrd.img"),
+		cmdline:      strings.TrimSpace(string(cmdline)),
+		rootDisk:     vm.root,
+		disks:        disks,
+		nbdSockets:   vm.volatile.sockets(),
+		memoryMiB:    vm.opts.MemoryMiB,
+		cpus:         vm.opts.CPUs,
+		sshPort:      port,
+		consoleLog:   vm.console,
+		shares:       vm.opts.Shares,
+		tap:          vm.opts.Tap,
+		qmpSocket:    vm.qmpSocket(),
+		hotplugSlots: vm.hotplugMachine || incoming != "",
+		incoming:     incoming,
 	})
 	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
 	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {
