@@ -219,8 +219,11 @@ func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 			g.sh(t, "for v in carved-a carved-b; do d=/sys/block/$(basename $(readlink -f /dev/flashcache/$v))/bcache; echo $v $(cat $d/cache_mode $d/state $d/dirty_data $d/sequential_cutoff $d/writeback_percent $d/stats_total/bypassed); done"))
 	}
 	// A flush of one volume writes back its own dirty data, and leaves the other's on the SSD.
+	// bcache's background writeback may have taken part of it already (the set is over its dirty
+	// target with both volumes written: a slow host once saw 11 of 32 MiB left when the flush
+	// began), so the flush is judged by what it leaves, below, not by what it wrote.
 	r, code, stderr := g.node(t, "flush", "pool.yaml", "--volume", "carved-a")
-	if code != 0 || r.Volumes[0].Flush == nil || r.Volumes[0].Flush.FlushedBytes < 16<<20 {
+	if code != 0 || r.Volumes[0].Flush == nil {
 		t.Fatalf("flush of carved-a: exit %d\n%s%s", code, r, stderr)
 	}
 	// carved-b keeps its own throttle and mode: the flush changed carved-a's knobs only. How much
