@@ -164,7 +164,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// Said when it starts; the condition and status.failure keep saying it.
 		r.Recorder.Eventf(&fcv, nil, corev1.EventTypeWarning, f.Reason, "Apply", "%s", st.degraded.Message)
 	}
-	r.Metrics.Observe(fcv.Name, res.Status, st.wearPercent)
+	r.Metrics.Observe(v, res, st.wearPercent)
 	r.Metrics.Pass(fcv.Name, pass)
 	if err := r.applyStatus(ctx, &fcv, st, false); err != nil {
 		return ctrl.Result{}, err

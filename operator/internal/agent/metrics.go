@@ -5,7 +5,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
+	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
 // Metrics are the agent's Prometheus series, one set per volume of the node.
@@ -14,8 +16,12 @@ type Metrics struct {
 	flushRemaining                                  *prometheus.GaugeVec
 	hitRatio, available, wear, flushing, passActive *prometheus.GaugeVec
 	state, ioErrors                                 *prometheus.GaugeVec
+	flushPeriod, maxWear, verdict, writebackRefused *prometheus.GaugeVec
 	errors                                          *prometheus.CounterVec
 }
+
+// verdicts are the durability check's verdicts; one series each, 1 for the volume's current one.
+var verdicts = []safety.Verdict{safety.Safe, safety.Unsafe, safety.Unknown}
 
 // bcacheStates are the values of bcache's state file; one series each, 1 for the current one.
 var bcacheStates = []string{"no cache", "clean", "dirty", "inconsistent"}
@@ -42,6 +48,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		passActive:     gauge("volume_flush_pass_active", "1 while a flush pass (every half flushPeriod, or asked for) writes back in writeback mode."),
 		ioErrors: gauge("volume_io_errors", "I/O errors bcache counted on the volume's cache or backing device since it registered it; "+
 			"at 8 (cache) or 64 (backing) it gives the device up.", "device"),
+		flushPeriod: gauge("volume_flush_period_seconds", "The spec's flushPeriod: dirty data older than this breaks its promise (0: no periodic flush)."),
+		maxWear:     gauge("volume_max_wear_percent", "The spec's safety.maxWearPercent: past it the cache counts as worn and, under Enforce, is held in writethrough."),
+		verdict:     gauge("volume_safety_verdict", "The durability check's verdict on the volume's devices: 1 for the current one.", "verdict"),
+		writebackRefused: gauge("volume_writeback_refused", "1 when the spec asks for writeback and the volume is held in writethrough "+
+			"because its durability check (verdict or wear, under the spec's policy) refuses it, or has not run yet."),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
 			Help: "Engine runs that failed, by operation."}, []string{"volume", "operation"}),
 	}
@@ -49,11 +60,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// Observe records what the engine reported about a volume.
-func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
-	if m == nil || s == nil {
+// Observe records what the engine reported about a volume after a run, beside what its spec
+// promises (the flush period, the wear limit), which the alert rules compare it with.
+func (m *Metrics) Observe(v engine.Volume, res *engine.Result, wearPercent *int32) {
+	if m == nil || res == nil || res.Status == nil {
 		return
 	}
+	volume, s := v.Name, res.Status
+	m.flushPeriod.WithLabelValues(volume).Set(v.Spec.EffectiveFlushPeriod().Seconds())
+	m.maxWear.WithLabelValues(volume).Set(float64(v.Spec.Safety.EffectiveMaxWearPercent()))
+	if c := res.Check; c != nil {
+		for _, verdict := range verdicts {
+			m.verdict.WithLabelValues(volume, string(verdict)).Set(boolGauge(c.Verdict == verdict))
+		}
+	}
+	// As Apply decides it: writeback waits for a check that allows it.
+	refused := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback && (res.Check == nil || !res.Check.WritebackAllowed)
+	m.writebackRefused.WithLabelValues(volume).Set(boolGauge(refused))
 	m.dirty.WithLabelValues(volume).Set(float64(s.DirtyBytes))
 	switch {
 	case s.DirtySince != nil:
@@ -68,11 +91,7 @@ func (m *Metrics) Observe(volume string, s *engine.Status, wearPercent *int32) {
 	m.available.WithLabelValues(volume).Set(float64(s.CacheAvailablePercent))
 	m.writebackRate.WithLabelValues(volume).Set(float64(s.WritebackRateBytes))
 	for _, st := range bcacheStates {
-		v := 0.0
-		if st == s.State {
-			v = 1
-		}
-		m.state.WithLabelValues(volume, st).Set(v)
+		m.state.WithLabelValues(volume, st).Set(boolGauge(st == s.State))
 	}
 	if wearPercent != nil {
 		m.wear.WithLabelValues(volume).Set(float64(*wearPercent))
@@ -86,13 +105,10 @@ func (m *Metrics) Flushing(volume string, on bool) {
 	if m == nil {
 		return
 	}
-	v := 0.0
-	if on {
-		v = 1
-	} else {
+	if !on {
 		m.flushRemaining.WithLabelValues(volume).Set(0)
 	}
-	m.flushing.WithLabelValues(volume).Set(v)
+	m.flushing.WithLabelValues(volume).Set(boolGauge(on))
 }
 
 // Pass records whether a flush pass runs on the volume.
@@ -100,11 +116,7 @@ func (m *Metrics) Pass(volume string, p *engine.PassReport) {
 	if m == nil || p == nil {
 		return
 	}
-	v := 0.0
-	if p.Active {
-		v = 1
-	}
-	m.passActive.WithLabelValues(volume).Set(v)
+	m.passActive.WithLabelValues(volume).Set(boolGauge(p.Active))
 }
 
 // FlushProgress records the dirty data a running flush still has to write.
@@ -126,8 +138,17 @@ func (m *Metrics) Forget(volume string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.dirty, m.dirtyAge, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear, m.flushing, m.flushRemaining, m.passActive, m.ioErrors} {
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.dirtyAge, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear,
+		m.flushing, m.flushRemaining, m.passActive, m.ioErrors, m.flushPeriod, m.maxWear, m.verdict, m.writebackRefused} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})
+}
+
+// boolGauge is a 0/1 series' value.
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -159,7 +159,7 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	case pass.Ended:
 		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed.String())
 	}
-	metrics.Observe(v.Name, res.Status, res.Check.CacheWearPercent())
+	metrics.Observe(v, res, res.Check.CacheWearPercent())
 	metrics.Pass(v.Name, pass)
 }
 

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	webhookserver "sigs.k8s.io/controller-runtime/pkg/webhook"
 
@@ -147,6 +148,12 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 		Recorder:  mgr.GetEventRecorder("flashcache-operator"),
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up FlashCacheVolume controller: %w", err)
+	}
+	// Every replica answers scrapes from its own cache, leader or not: the alert rules take the
+	// max over replicas.
+	if err := crmetrics.Registry.Register(&controller.ClusterMetrics{Volumes: mgr.GetClient(), Leases: mgr.GetAPIReader(),
+		AgentNamespace: opts.webhook.AgentNamespace, Log: ctrl.Log.WithName("metrics")}); err != nil {
+		return fmt.Errorf("registering the cluster metrics: %w", err)
 	}
 	if server != nil {
 		if err := webhook.Register(mgr, opts.webhook, certs); err != nil {
