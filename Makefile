@@ -32,11 +32,16 @@ IMAGE_SECRETS := $(if $(HOST_CA),--secret id=host-ca$(comma)src=$(HOST_CA))
 
 BIN := $(CURDIR)/bin
 FLASHCACHE := $(BIN)/flashcache
+KUBECTL_FLASHCACHE := $(BIN)/kubectl-flashcache
 
 CONTROLLER_GEN_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '{{.Version}}' sigs.k8s.io/controller-tools)
 CONTROLLER_GEN := $(FLASHCACHE_CACHE)/tools/controller-gen-$(CONTROLLER_GEN_VERSION)
 CRD_REF_DOCS_VERSION := $(shell cd hack/tools && go list -mod=readonly -m -f '{{.Version}}' github.com/elastic/crd-ref-docs)
 CRD_REF_DOCS := $(FLASHCACHE_CACHE)/tools/crd-ref-docs-$(CRD_REF_DOCS_VERSION)
+# promtool tests the chart's alert rules; a module of its own keeps Prometheus' many dependencies
+# out of hack/tools and of the operator's go.mod.
+PROMTOOL_VERSION := $(shell cd hack/tools/promtool && go list -mod=readonly -m -f '{{.Version}}' github.com/prometheus/prometheus)
+PROMTOOL := $(FLASHCACHE_CACHE)/tools/promtool-$(PROMTOOL_VERSION)
 
 # Paths that `make generate` owns; `make verify-generated` fails when they are stale.
 CHART := charts/flashcache
@@ -53,6 +58,10 @@ help: ## List the targets.
 build: ## Build bin/flashcache.
 	cd operator && CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(FLASHCACHE) ./cmd
 
+.PHONY: kubectl-plugin
+kubectl-plugin: ## Build bin/kubectl-flashcache, the kubectl plugin (kubectl flashcache status|flush|drain-status).
+	cd operator && CGO_ENABLED=0 go build -trimpath -ldflags '$(LDFLAGS)' -o $(KUBECTL_FLASHCACHE) ./cmd/kubectl-flashcache
+
 $(CONTROLLER_GEN):
 	mkdir -p $(dir $@)
 	cd hack/tools && go build -mod=readonly -o $@.tmp sigs.k8s.io/controller-tools/cmd/controller-gen && mv $@.tmp $@
@@ -60,6 +69,10 @@ $(CONTROLLER_GEN):
 $(CRD_REF_DOCS):
 	mkdir -p $(dir $@)
 	cd hack/tools && go build -mod=readonly -o $@.tmp github.com/elastic/crd-ref-docs && mv $@.tmp $@
+
+$(PROMTOOL):
+	mkdir -p $(dir $@)
+	cd hack/tools/promtool && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags '-s -w' -o $@.tmp github.com/prometheus/prometheus/cmd/promtool && mv $@.tmp $@
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types; copy them into the chart; render deploy/ and the API reference.
@@ -98,7 +111,7 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # the lanes, for a tier that cannot share the machine (none today).
 TEST_FIRST := lint test-unit verify-generated
 TEST_LANE_KERNEL := test-vm test-ansible
-TEST_LANE_CLUSTER := policy-scan test-durability test-envtest test-helm test-e2e test-bench-smoke test-demo
+TEST_LANE_CLUSTER := policy-scan test-durability test-envtest test-helm test-krew test-e2e test-bench-smoke test-demo
 TEST_LAST :=
 
 .PHONY: test
@@ -123,10 +136,11 @@ prepare-downloads: ## test-prepare's installs: QEMU and the VM image, docker and
 	hack/install-ansible.sh >/dev/null
 
 .PHONY: prepare-builds
-prepare-builds: ## test-prepare's builds: the control plane, kubelet, bin/flashcache, the image and the node images.
+prepare-builds: ## test-prepare's builds: the control plane, kubelet, bin/flashcache, promtool, the image and the node images.
 	hack/build-control-plane.sh helm etcd kube-apiserver kubectl >/dev/null
 	$(MAKE) --no-print-directory build
 	hack/build-control-plane.sh $(E2E_COMPONENTS) kubelet kube-proxy >/dev/null
+	$(MAKE) --no-print-directory $(PROMTOOL)
 	image=$$($(MAKE) -s --no-print-directory image) && hack/build-node-images.sh "$$image" >/dev/null
 
 .PHONY: policy-scan
@@ -209,8 +223,8 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 	hack/install-vm-deps.sh
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
 	img=$$(hack/build-vm-image.sh); \
-	$(MAKE) --no-print-directory build; \
-	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
+	$(MAKE) --no-print-directory build kubectl-plugin; \
+	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) FLASHCACHE_KUBECTL_PLUGIN=$(KUBECTL_FLASHCACHE) \
 		go test -tags e2e -count=1 -p 1 -v -timeout 40m ./test/e2e/...
 
 ##@ Benchmarks (numbers, no speed targets)
@@ -274,9 +288,17 @@ test-bench-smoke: ## make bench in miniature (three configurations, a tiny data 
 ##@ Packaging
 
 .PHONY: test-helm
-test-helm: test-image ## The image test, then helm lint; render, dry-run, install, upgrade and uninstall the chart on a real control plane.
+test-helm: test-image $(PROMTOOL) ## The image test, then helm lint; render, dry-run, install, upgrade and uninstall the chart on a real control plane; the alert rules under promtool.
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
-	cd operator && KUBEBUILDER_ASSETS=$$assets go test -tags helm -count=1 -v -timeout 20m ./test/helm/
+	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_PROMTOOL=$(PROMTOOL) go test -tags helm -count=1 -v -timeout 20m ./test/helm/
+
+.PHONY: krew
+krew: ## The kubectl plugin's krew release in dist/krew (VERSION=x.y.z): archives, manifest with their sha256, installed once by krew to prove them.
+	hack/krew-release.sh $(or $(VERSION),$(shell git describe --tags --always 2>/dev/null | sed 's/^v//')) dist/krew
+
+.PHONY: test-krew
+test-krew: ## The kubectl plugin's krew manifest and archive, installed by krew itself and run.
+	out=$$(mktemp -d) && trap 'rm -rf "$$out"' EXIT && hack/krew-release.sh 0.0.0-test "$$out" >/dev/null
 
 ##@ Use
 

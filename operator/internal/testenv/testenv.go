@@ -119,6 +119,20 @@ func (k *Kubectl) Run(args ...string) (string, error) {
 	return k.RunContext(ctx, args...)
 }
 
+// Plugin runs `kubectl NAME ARGS` with pluginDir first on the PATH, as a user with a kubectl
+// plugin installed runs it (kubectl finds kubectl-NAME there and passes it the arguments), with
+// this kubectl's kubeconfig.
+func (k *Kubectl) Plugin(ctx context.Context, pluginDir, name string, args ...string) (string, error) {
+	argv := append(append([]string{name}, args...), "--kubeconfig", k.kubeconfig)
+	cmd := exec.CommandContext(ctx, k.bin, argv...)
+	cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %v: %w\n%s", argv, err, out)
+	}
+	return string(out), nil
+}
+
 // RunContext is Run bounded by ctx instead of the usual two minutes, for commands that wait
 // longer on purpose (kubectl drain --timeout, kubectl wait).
 func (k *Kubectl) RunContext(ctx context.Context, args ...string) (string, error) {

@@ -53,7 +53,7 @@ func (g *EvictionGate) Handle(ctx context.Context, req admission.Request) admiss
 		return admission.Allowed("not an eviction")
 	}
 	log := logf.FromContext(ctx).WithValues("pod", req.Namespace+"/"+req.Name)
-	volumes, err := g.volumesOf(ctx, req.Namespace, req.Name)
+	volumes, err := g.VolumesOf(ctx, req.Namespace, req.Name)
 	if err != nil {
 		// The failure policy decides what an error means; say why in any case.
 		return admission.Errored(http.StatusInternalServerError, err)
@@ -102,8 +102,9 @@ func (g *EvictionGate) agentSilence(ctx context.Context, fcv *fcv1.FlashCacheVol
 		silent, g.AgentNamespace, fcv.Spec.NodeName, fcv.Name, fcv1.AnnotationEvictWithoutFlush)
 }
 
-// volumesOf follows pod -> claims -> PersistentVolumes -> FlashCacheVolumes in the cache.
-func (g *EvictionGate) volumesOf(ctx context.Context, namespace, name string) ([]*fcv1.FlashCacheVolume, error) {
+// VolumesOf follows pod -> claims -> PersistentVolumes -> FlashCacheVolumes through Reader: the
+// volumes whose flush an eviction of the pod waits for.
+func (g *EvictionGate) VolumesOf(ctx context.Context, namespace, name string) ([]*fcv1.FlashCacheVolume, error) {
 	var pod corev1.Pod
 	if err := g.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &pod); err != nil {
 		if client.IgnoreNotFound(err) == nil {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -229,6 +230,27 @@ spec:
 		t.FailNow()
 	}
 
+	t.Run("KubectlFlashcacheShowsTheDirtyVolumeAndWhatADrainWouldWaitFor", func(t *testing.T) {
+		status := kubectlFlashcache(t, ctx, kubectl, "status", nodeName)
+		row := ""
+		for _, line := range strings.Split(status, "\n") {
+			if strings.HasPrefix(line, volumeName+" ") {
+				row = line
+			}
+		}
+		if row == "" {
+			t.Fatalf("status lists no %s", volumeName)
+		}
+		requireAll(t, "status's row", row, nodeName, "Ready", "writeback", "MiB", "Safe", "cache=/dev/nvme", "backing=/dev/sd")
+		if strings.Contains(row, "clean") {
+			t.Errorf("status calls the dirty volume clean: %s", row)
+		}
+		drain := kubectlFlashcache(t, ctx, kubectl, "drain-status", nodeName)
+		requireAll(t, "drain-status", drain, "node "+nodeName+": schedulable; agent: alive",
+			"kubectl annotate flashcachevolume "+volumeName+" flashcache.io/evict-without-flush=true")
+		requireRow(t, drain, volumeName, "default/mysql-0", "waits")
+	})
+
 	t.Run("DrainWaitsUntilTheCacheIsClean", func(t *testing.T) {
 		// Watch bcache from the host's clock, as the drain's output is.
 		var mu sync.Mutex
@@ -305,6 +327,15 @@ spec:
 	if t.Failed() {
 		t.FailNow()
 	}
+
+	t.Run("KubectlFlashcacheSaysEvictionsPassOnceHeldClean", func(t *testing.T) {
+		drain := kubectlFlashcache(t, ctx, kubectl, "drain-status", nodeName)
+		requireAll(t, "drain-status after the drain", drain, "node "+nodeName+": cordoned; agent: alive")
+		requireRow(t, drain, volumeName, "-", "passes")
+		if strings.Contains(drain, "waits") {
+			t.Errorf("drain-status says an eviction waits on a volume held clean")
+		}
+	})
 
 	t.Run("UncordonRestoresWriteback", func(t *testing.T) {
 		if out, err := kubectl.Run("uncordon", nodeName); err != nil {
@@ -397,6 +428,26 @@ spec:
 		if got, err := metric(ctx, "flashcache_volume_state", `state="`+state+`"`); err != nil || got != "1" {
 			t.Errorf("flashcache_volume_state for bcache's %q: %q, %v; want 1", state, got, err)
 		}
+		// What the alert rules compare: the spec's promises and the check's verdict.
+		var f fcv1.FlashCacheVolume
+		if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []struct{ name, label, value string }{
+			{"flashcache_volume_flush_period_seconds", "", strconv.FormatFloat(f.Spec.EffectiveFlushPeriod().Seconds(), 'g', -1, 64)},
+			{"flashcache_volume_max_wear_percent", "", "90"},
+			{"flashcache_volume_safety_verdict", `verdict="Safe"`, "1"},
+			{"flashcache_volume_safety_verdict", `verdict="Unknown"`, "0"},
+			{"flashcache_volume_writeback_refused", "", "0"},
+		} {
+			var labels []string
+			if want.label != "" {
+				labels = append(labels, want.label)
+			}
+			if got, err := metric(ctx, want.name, labels...); err != nil || got != want.value {
+				t.Errorf("%s{%s}: %q, %v; want %s", want.name, want.label, got, err, want.value)
+			}
+		}
 	})
 
 	t.Run("AnEvictionWaitingOnAStoppedAgentNamesItAndTheWayOut", func(t *testing.T) {
@@ -414,6 +465,10 @@ spec:
 			return said, strings.Contains(said, "the node agent on "+nodeName+" last reported"), nil
 		})
 		t.Logf("the eviction's answer: %s", said)
+		drain := kubectlFlashcache(t, ctx, kubectl, "drain-status", nodeName)
+		requireAll(t, "drain-status with the agent stopped", drain, "agent: the node agent on "+nodeName+" last reported",
+			"nothing flushes this node's volumes while it is down")
+		requireRow(t, drain, volumeName, "default/mysql-0", "waits")
 		for _, want := range []string{"kubectl -n " + chartNamespace + " get pods -l app.kubernetes.io/component=agent --field-selector spec.nodeName=" + nodeName,
 			"kubectl annotate flashcachevolume " + volumeName + " flashcache.io/evict-without-flush=true", "docs/runbooks/agent-down.md"} {
 			if !strings.Contains(said, want) {
@@ -712,4 +767,47 @@ func condition(f *fcv1.FlashCacheVolume, kind string) metav1.Condition {
 		return *c
 	}
 	return metav1.Condition{}
+}
+
+// kubectlFlashcache runs `kubectl flashcache ARGS` as a user who installed the plugin does:
+// kubectl finds bin/kubectl-flashcache (FLASHCACHE_KUBECTL_PLUGIN, built by make test-e2e) on
+// the PATH.
+func kubectlFlashcache(t *testing.T, ctx context.Context, kubectl *testenv.Kubectl, args ...string) string {
+	t.Helper()
+	out, err := kubectlFlashcacheErr(ctx, kubectl, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kubectl flashcache %s:\n%s", strings.Join(args, " "), out)
+	return out
+}
+
+func kubectlFlashcacheErr(ctx context.Context, kubectl *testenv.Kubectl, args ...string) (string, error) {
+	plugin := os.Getenv("FLASHCACHE_KUBECTL_PLUGIN")
+	if filepath.Base(plugin) != "kubectl-flashcache" {
+		return "", fmt.Errorf("FLASHCACHE_KUBECTL_PLUGIN=%q: want the path of kubectl-flashcache (make test-e2e builds it)", plugin)
+	}
+	return kubectl.Plugin(ctx, filepath.Dir(plugin), "flashcache", append(args, "--agent-namespace", chartNamespace)...)
+}
+
+// requireAll fails the test for each of wants that out lacks.
+func requireAll(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s lacks %q", what, want)
+		}
+	}
+}
+
+// requireRow fails the test unless a line of a table printed by the plugin starts with cells.
+func requireRow(t *testing.T, table string, cells ...string) {
+	t.Helper()
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= len(cells) && slices.Equal(f[:len(cells)], cells) {
+			return
+		}
+	}
+	t.Errorf("no row starting %q in:\n%s", cells, table)
 }

@@ -187,9 +187,16 @@ func testFlushPassesThroughTheAgent(t *testing.T, b *policyBed) {
 			t.Errorf("dirtySince %.1f s after the writes began: the bound under-states the age of dirty data", since-writtenAt)
 		}
 		b.sh(t, "( while :; do sed 's/.*\\[\\(.*\\)\\].*/\\1/' "+b.stateFile+"cache_mode; sleep 0.5; done ) >/root/modes 2>&1 </dev/null & echo $! >/root/sampler.pid")
-		if out, err := b.kubectl.Run("annotate", "fcv", volumeName, fcv1.AnnotationBackgroundFlush+"="+time.Now().UTC().Format(time.RFC3339), "--overwrite"); err != nil {
-			t.Fatalf("%v\n%s", err, out)
+		// Asked for as a user would, with the plugin, which waits and prints the progress.
+		type result struct {
+			out string
+			err error
 		}
+		asked := make(chan result, 1)
+		go func() {
+			out, err := kubectlFlashcacheErr(b.ctx, b.kubectl, "flush", volumeName, "--wait", "--timeout", "5m")
+			asked <- result{out, err}
+		}()
 		sawProgress := ""
 		waitVolume(t, b.ctx, b.k8s, 5*time.Minute, "clean after the flush asked for", func(f *fcv1.FlashCacheVolume) bool {
 			if c := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionFlushing); c != nil && c.Reason == fcv1.ReasonFlushPass && c.Status == metav1.ConditionTrue {
@@ -201,6 +208,17 @@ func testFlushPassesThroughTheAgent(t *testing.T, b *policyBed) {
 			return f.Status.DirtySince == nil
 		})
 		b.sh(t, "kill $(cat /root/sampler.pid)")
+		select {
+		case r := <-asked:
+			t.Logf("kubectl flashcache flush --wait:\n%s", r.out)
+			if r.err != nil {
+				t.Error(r.err)
+			}
+			requireAll(t, "flush --wait's output", r.out, volumeName+": flush pass asked for", "dirty, pass under way",
+				volumeName+": pass done, 0 B dirty, cache mode writeback")
+		case <-time.After(time.Minute):
+			t.Errorf("kubectl flashcache flush --wait still waits a minute after the volume was seen clean")
+		}
 		modes := b.sh(t, "sort </root/modes | uniq -c")
 		t.Logf("progress on Flushing: %q; cache modes sampled: %s", sawProgress, modes)
 		if strings.Contains(modes, "writethrough") {

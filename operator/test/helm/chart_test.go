@@ -148,3 +148,51 @@ func TestChartStorageClassParametersAreTheDriversTunables(t *testing.T) {
 		t.Errorf("values.schema.json csi.storageClass.parameters takes %v; the driver takes %v", got, csi.TunableParameters)
 	}
 }
+
+// runbookBase is where the alerts' runbook links point: the repository's docs/runbooks.
+const runbookBase = "https://github.com/flashcache/flashcache/blob/main/docs/runbooks/"
+
+// Every alert says how bad it is, what happened and what to do: a severity, a summary, a
+// description, and a runbook that exists in docs/runbooks.
+func TestAlertsHaveASeverityAndARunbook(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "files", "prometheus-rules.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert       string            `json:"alert"`
+				Labels      map[string]string `json:"labels"`
+				Annotations map[string]string `json:"annotations"`
+			} `json:"rules"`
+		} `json:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		t.Fatal(err)
+	}
+	alerts := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			alerts++
+			if s := r.Labels["severity"]; s != "warning" && s != "critical" {
+				t.Errorf("%s: severity %q, want warning or critical", r.Alert, s)
+			}
+			if r.Annotations["summary"] == "" || r.Annotations["description"] == "" {
+				t.Errorf("%s: no summary or description", r.Alert)
+			}
+			url := r.Annotations["runbook_url"]
+			page, ok := strings.CutPrefix(url, runbookBase)
+			if !ok {
+				t.Errorf("%s: runbook %q is not under %s", r.Alert, url, runbookBase)
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(testenv.RepoRoot(), "docs", "runbooks", page)); err != nil {
+				t.Errorf("%s: runbook %s: %v", r.Alert, page, err)
+			}
+		}
+	}
+	if alerts < 9 {
+		t.Errorf("%d alerts, want the nine the chart documents", alerts)
+	}
+}

@@ -37,7 +37,7 @@ var valueSets = map[string][]string{
 // own them, through the Go module proxy (their modules carry the CRD files).
 var thirdPartyCRDs = []struct{ module, files string }{
 	{"github.com/prometheus-operator/prometheus-operator@v0.85.0",
-		"example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors}.yaml"},
+		"example/prometheus-operator-crd/monitoring.coreos.com_{servicemonitors,podmonitors,prometheusrules}.yaml"},
 	{"github.com/cert-manager/cert-manager@v1.21.2",
 		"deploy/crds/cert-manager.io_{certificates,issuers,clusterissuers}.yaml"},
 }
@@ -467,4 +467,56 @@ func expandBraces(pattern string) []string {
 		out = append(out, pattern[:open]+alt+pattern[end+1:])
 	}
 	return out
+}
+
+// The chart's alert rules, as it renders them into its PrometheusRule, pass `promtool check
+// rules` and the unit tests of testdata/prometheus-rules.test.yaml: each alert fires on the
+// series that should make it fire, with its labels and its rendered text, and stays quiet on the
+// near misses.
+func TestAlertRulesUnderPromtool(t *testing.T) {
+	promtool := os.Getenv("FLASHCACHE_PROMTOOL")
+	if promtool == "" {
+		t.Fatal("FLASHCACHE_PROMTOOL is not set: run make test-helm, which builds promtool")
+	}
+	out, err := helm(t, "template", "x", ".", "--set", "metrics.prometheusRule.enabled=true")
+	if err != nil {
+		t.Fatalf("helm template: %v\n%s", err, out)
+	}
+	var spec []byte
+	for _, o := range renderedObjects(t, out) {
+		if o.Kind != "PrometheusRule" {
+			continue
+		}
+		var rule struct {
+			Spec json.RawMessage `json:"spec"`
+		}
+		if err := yaml.Unmarshal(o.raw, &rule); err != nil {
+			t.Fatal(err)
+		}
+		if spec, err = yaml.JSONToYAML(rule.Spec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if spec == nil {
+		t.Fatal("metrics.prometheusRule.enabled=true rendered no PrometheusRule")
+	}
+	dir := t.TempDir()
+	tests, err := os.ReadFile("testdata/prometheus-rules.test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{"rules.yaml": spec, "rules.test.yaml": tests} {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "rules.test.yaml"}} {
+		cmd := exec.Command(promtool, args...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			t.Errorf("promtool %s: %v", strings.Join(args, " "), err)
+		}
+	}
 }
