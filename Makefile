@@ -107,16 +107,19 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 
 # make test's tiers: the first ones one after another while test-prepare builds in the background,
 # then two lanes side by side, each in its order (hack/test.sh; logs in test-logs/). The lanes are
-# balanced by their warm times (docs/testing.md). TEST_LAST runs alone after
-# the lanes, for a tier that cannot share the machine (none today).
+# balanced by the tiers' times beside each other (docs/testing.md): the two longest, test-vm and
+# test-ansible, in different lanes. Each lane starts with a tier that needs only the VM image
+# (the preparation makes it first) and reaches the control plane's and the images' tiers once
+# they are built. TEST_LAST runs alone after the lanes, for a tier that cannot share the machine
+# (none today).
 TEST_FIRST := lint test-unit verify-generated
-TEST_LANE_KERNEL := test-vm test-ansible
-TEST_LANE_CLUSTER := policy-scan test-durability test-envtest test-helm test-krew test-e2e test-bench-smoke test-demo
+TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-e2e test-demo
+TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-bench-smoke
 TEST_LAST :=
 
 .PHONY: test
 test: ## Every tier below, as CI runs it: some one after another, two lanes side by side (logs and times in test-logs/).
-	hack/test.sh "$(TEST_FIRST)" "$(TEST_LAST)" "$(TEST_LANE_KERNEL)" "$(TEST_LANE_CLUSTER)"
+	hack/test.sh "$(TEST_FIRST)" "$(TEST_LAST)" "$(TEST_LANE_VM)" "$(TEST_LANE_ANSIBLE)"
 
 # test-prepare's two streams run side by side: on a fresh machine the downloads wait on the network
 # and dpkg, the builds on the CPU. Each is in the order the tiers need it: helm for
@@ -212,7 +215,7 @@ test-ansible: ## ansible-lint, then the role and the playbooks over SSH against 
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
 	cd operator && FLASHCACHE_ANSIBLE_BIN=$$bin FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) \
-		go test -count=1 -v -tags ansible -timeout 45m ./test/ansible/
+		go test -count=1 -v -tags ansible -timeout 65m ./test/ansible/
 
 ##@ End-to-end tests (control plane on the host, the QEMU VM as a node)
 

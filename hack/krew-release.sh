@@ -74,6 +74,6 @@ EOF
 # krew's own check: it validates the manifest, verifies the archive's sha256 and installs.
 arch=$(go env GOARCH)
 export KREW_ROOT=$work/krew-root
-"$krew" install --manifest="$out/flashcache.yaml" --archive="$out/kubectl-flashcache_v${version}_linux_${arch}.tar.gz" >&2
+"$krew" install --manifest="$out/flashcache.yaml" --archive="$out/kubectl-flashcache_v${version}_linux_${arch}.tar.gz" </dev/null >&2
 "$KREW_ROOT/bin/kubectl-flashcache" --help >/dev/null
 echo "$out/flashcache.yaml"

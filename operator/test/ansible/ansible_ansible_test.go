@@ -125,7 +125,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	if ansible == "" {
 		t.Fatal("FLASHCACHE_ANSIBLE_BIN is not set (make test-ansible sets it to hack/install-ansible.sh's folder)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	nvme := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-ansible-cache", Size: 1 << 30}
