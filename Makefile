@@ -70,9 +70,10 @@ $(CRD_REF_DOCS):
 	mkdir -p $(dir $@)
 	cd hack/tools && go build -mod=readonly -o $@.tmp github.com/elastic/crd-ref-docs && mv $@.tmp $@
 
+# Under a lock: make test's preparation builds it while a lane's test-helm may ask for it too.
 $(PROMTOOL):
 	mkdir -p $(dir $@)
-	cd hack/tools/promtool && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags '-s -w' -o $@.tmp github.com/prometheus/prometheus/cmd/promtool && mv $@.tmp $@
+	flock $@.lock sh -c 'test -x $@ || { cd hack/tools/promtool && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" -o $@.tmp github.com/prometheus/prometheus/cmd/promtool && mv $@.tmp $@; }'
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) $(CRD_REF_DOCS) ## Regenerate deepcopy, apply configurations, CRDs and RBAC from the Go types; copy them into the chart; render deploy/ and the API reference.
