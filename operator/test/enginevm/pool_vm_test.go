@@ -226,22 +226,22 @@ func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 		t.Fatalf("dirty after writing 32 MiB to each: %d and %d bytes\n%s", a, b,
 			g.sh(t, "for v in carved-a carved-b; do d=/sys/block/$(basename $(readlink -f /dev/flashcache/$v))/bcache; echo $v $(cat $d/cache_mode $d/state $d/dirty_data $d/sequential_cutoff $d/writeback_percent $d/stats_total/bypassed); done"))
 	}
-	// A flush of one volume writes back its own dirty data, and leaves the other's on the SSD.
-	// bcache's background writeback may have taken part of it already (the set is over its dirty
-	// target with both volumes written: a slow host once saw 11 of 32 MiB left when the flush
-	// began), so the flush is judged by what it leaves, below, not by what it wrote.
+	// A flush of one volume writes back its own dirty data, and leaves the other's knobs alone.
+	// bcache's own writeback may have taken part of it already (a slow host once saw 11 of 32 MiB
+	// left when the flush began), so the flush is judged by what it leaves, not by what it wrote.
 	r, code, stderr := g.node(t, "flush", "pool.yaml", "--volume", "carved-a")
 	if code != 0 || r.Volumes[0].Flush == nil {
 		t.Fatalf("flush of carved-a: exit %d\n%s%s", code, r, stderr)
 	}
 	// carved-b keeps its own throttle and mode: the flush changed carved-a's knobs only. How much
-	// of carved-b bcache writes back meanwhile is the shared set's business (its idle switch is
-	// per set), so only that some is left is asserted.
+	// of carved-b bcache writes back meanwhile is the shared set's business: runs here have seen
+	// all of it left, and all of it written back during the minute the flush took, with carved-b
+	// still in writeback at 30%, so that is logged, not asserted.
 	knobs := g.sh(t, "d=/sys/block/$(basename $(readlink -f /dev/flashcache/carved-b))/bcache; echo $(cat $d/cache_mode $d/writeback_percent $d/state)")
 	a, b := dirty("carved-a"), dirty("carved-b")
 	t.Logf("dirty before the flush of carved-a: %d and %d bytes; after: %d and %d; carved-b: %s", a0, b0, a, b, knobs)
-	if a != 0 || b == 0 || knobs != "writethrough [writeback] writearound none 30 dirty" {
-		t.Errorf("after flushing carved-a: %d bytes dirty on it, %d on carved-b, carved-b's knobs %q (want 0, some, and writeback at 30%%)", a, b, knobs)
+	if a != 0 || !strings.HasPrefix(knobs, "writethrough [writeback] writearound none 30 ") {
+		t.Errorf("after flushing carved-a: %d bytes dirty on it, carved-b's knobs %q (want 0, and carved-b in writeback at 30%%)", a, knobs)
 	}
 	if _, code, _ := g.node(t, "release", "pool.yaml", "--volume", "carved-a"); code != 0 {
 		t.Fatalf("release of carved-a: exit %d", code)
