@@ -5,7 +5,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/internal/safety"
 )
@@ -74,9 +73,7 @@ func (m *Metrics) Observe(v engine.Volume, res *engine.Result, wearPercent *int3
 			m.verdict.WithLabelValues(volume, string(verdict)).Set(boolGauge(c.Verdict == verdict))
 		}
 	}
-	// As Apply decides it: writeback waits for a check that allows it.
-	refused := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback && (res.Check == nil || !res.Check.WritebackAllowed)
-	m.writebackRefused.WithLabelValues(volume).Set(boolGauge(refused))
+	m.writebackRefused.WithLabelValues(volume).Set(boolGauge(engine.WritebackRefused(v, res.Check)))
 	m.dirty.WithLabelValues(volume).Set(float64(s.DirtyBytes))
 	switch {
 	case s.DirtySince != nil:

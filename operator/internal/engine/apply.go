@@ -56,6 +56,13 @@ type Result struct {
 	Wear *WearReading `json:"wear,omitempty"`
 }
 
+// WritebackRefused says whether the durability check keeps a volume whose spec asks for
+// writeback in writethrough: no check has run on its devices yet, or the last one refuses
+// writeback (its verdict or the cache's wear, under the spec's policy).
+func WritebackRefused(v Volume, check *CheckReport) bool {
+	return v.Spec.EffectiveMode() == fcv1.CacheModeWriteback && (check == nil || !check.WritebackAllowed)
+}
+
 // Apply builds or adopts the volume and sets its tunables, one step at a time, observing again
 // after each step. Run again after an interruption, it continues where the host is.
 //
@@ -72,7 +79,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	want = e.desired(v, want)
 	wantsWriteback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
 	check := e.lastCheck(ctx, v)
-	want.SafetyWritethrough = wantsWriteback && (check == nil || !check.WritebackAllowed)
+	want.SafetyWritethrough = WritebackRefused(v, check)
 	o, err := e.converge(ctx, v, want, res)
 	var lost *CacheLostError
 	if errors.As(err, &lost) {
