@@ -418,17 +418,7 @@ func (r *Reconciler) failed(ctx context.Context, fcv *fcv1.FlashCacheVolume, st 
 	if f := engine.FailureOf(err); f != nil {
 		st.setFailure(f)
 	}
-	// A lost cache is only ever reported of a volume the engine built (the backing disk carries
-	// its label), whatever the object read from the informer cache says: under load that object
-	// can predate the agent's own write of Provisioned=True, and the volume then stayed Failed.
-	var cacheLost *engine.CacheLostError
-	built := errors.As(err, &cacheLost)
-	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); built || (p != nil && p.Status == metav1.ConditionTrue) {
-		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
-		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
-	} else {
-		st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, reason, err.Error())
-	}
+	st.fromError(fcv, reason, err)
 	if serr := r.applyStatus(ctx, fcv, st, false); serr != nil {
 		return ctrl.Result{}, errors.Join(ret, serr)
 	}

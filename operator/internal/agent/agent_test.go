@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -141,5 +142,36 @@ func TestReportKeepsTheFailureWithTheDirtyDataLastObserved(t *testing.T) {
 	if st.failure == nil || st.failure.Device != fcv1.FailedDeviceBacking || st.degraded.Reason != fcv1.ReasonBackingDeviceErrors ||
 		!strings.Contains(st.degraded.Message, "counted 2 backing I/O errors") {
 		t.Errorf("with backing errors: failure %+v, degraded %+v", st.failure, st.degraded)
+	}
+}
+
+func TestAFailureReadFromAStaleObjectKeepsABuiltVolumeProvisioned(t *testing.T) {
+	provisioning := metav1.Condition{Type: fcv1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: fcv1.ReasonProvisioning}
+	provisioned := metav1.Condition{Type: fcv1.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: fcv1.ReasonProvisioned}
+	lost := &engine.CacheLostError{Path: "/dev/disk/by-id/nvme-gone"}
+	refused := errors.New("backingDevice.path: carries a filesystem")
+	for name, tc := range map[string]struct {
+		read        *metav1.Condition
+		err         error
+		provisioned metav1.ConditionStatus
+		degraded    bool
+	}{
+		// The object a reconcile queued by the agent's first write reads: Provisioning, though
+		// the device was built since. A cache lost meanwhile is still a built volume's.
+		"lost cache, stale object":   {&provisioning, lost, metav1.ConditionTrue, true},
+		"lost cache, current object": {&provisioned, lost, metav1.ConditionTrue, true},
+		"error of a built volume":    {&provisioned, refused, metav1.ConditionTrue, true},
+		"error while provisioning":   {&provisioning, refused, metav1.ConditionFalse, false},
+		"error before any condition": {nil, refused, metav1.ConditionFalse, false},
+	} {
+		fcv := &fcv1.FlashCacheVolume{}
+		if tc.read != nil {
+			fcv.Status.Conditions = []metav1.Condition{*tc.read}
+		}
+		st := newReport(fcv, time.Now())
+		st.fromError(fcv, fcv1.ReasonCacheDeviceLost, tc.err)
+		if st.provisioned == nil || st.provisioned.Status != tc.provisioned || (st.degraded != nil) != tc.degraded {
+			t.Errorf("%s: Provisioned %+v, Degraded %+v; want Provisioned %s, Degraded set %v", name, st.provisioned, st.degraded, tc.provisioned, tc.degraded)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -57,6 +58,30 @@ func newReport(fcv *fcv1.FlashCacheVolume, now time.Time) *report {
 
 func condition(t string, s metav1.ConditionStatus, reason, message string) *metav1.Condition {
 	return &metav1.Condition{Type: t, Status: s, Reason: reason, Message: message}
+}
+
+// fromError says on the conditions that an engine run failed with reason: on Degraded when the
+// device was built and may still serve, on Provisioned otherwise.
+func (st *report) fromError(fcv *fcv1.FlashCacheVolume, reason string, err error) {
+	// A lost cache is only ever reported of a volume the engine built (the backing disk carries
+	// its label), whatever the object read from the informer cache says: under load that object
+	// can predate the agent's own write of Provisioned=True (a reconcile queued by the first
+	// write reads it), and writing back what it said left a volume that serves degraded in phase
+	// Failed, or Provisioning, for good.
+	var cacheLost *engine.CacheLostError
+	built := errors.As(err, &cacheLost)
+	p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned)
+	switch {
+	case p != nil && p.Status == metav1.ConditionTrue:
+		// The device was built once and may still serve: say so on Degraded, keep Provisioned.
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
+	case built:
+		st.degraded = condition(fcv1.ConditionDegraded, metav1.ConditionTrue, reason, err.Error())
+		st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionTrue, fcv1.ReasonProvisioned,
+			"the device was built; it serves degraded (see Degraded)")
+	default:
+		st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, reason, err.Error())
+	}
 }
 
 // fromPass says on Flushing that a flush pass runs, unless a drain's flush already does.
