@@ -292,7 +292,8 @@ func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
 	}
 	// Right after a logout the session may still be closing, and iscsiadm then declines to
 	// delete the record while answering "no objects": check that it is gone, and try again.
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// Each try is two iscsiadm commands, seconds apiece on a loaded host: allow several.
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	return WaitFor(waitCtx, 250*time.Millisecond, fmt.Sprintf("the node record of %s at %s to go after logout and delete", iqn, portal),
 		func() (bool, error) {

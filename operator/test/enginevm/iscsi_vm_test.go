@@ -165,7 +165,7 @@ stringData:
 			// unregistered, no session. Our superblock is still on the LUN.
 			g.sh(t, "dev=$(basename $(readlink -f /dev/flashcache/san)) && set=$(basename $(readlink -f /sys/block/$dev/bcache/cache)) && "+
 				"echo 1 > /sys/block/$dev/bcache/stop && echo 1 > /sys/fs/bcache/$set/unregister && "+
-				"for i in $(seq 100); do ls /sys/fs/bcache/ | grep -q -- - || break; sleep 0.1; done && "+
+				"for i in $(seq 600); do ls /sys/fs/bcache/ | grep -q -- - || break; sleep 0.1; done && ! ls /sys/fs/bcache/ | grep -q -- - && "+
 				"iscsiadm -m node -T "+targetIQN+" -p "+vmharness.Portal+" -u")
 			sessionState(t, "")
 			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
