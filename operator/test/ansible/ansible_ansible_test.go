@@ -41,11 +41,25 @@ type bed struct {
 	dir       string
 	inventory string
 	ansible   string
+	// mitogen is the folder of Mitogen's strategy plugins, which most runs use: under emulation
+	// a task's own Python interpreter costs 4-15 s, Mitogen's one interpreter per host a second.
+	mitogen string
 }
 
-// playbook runs a playbook of playbooks/ (or a path) with extra arguments; it returns the
-// output and the VM's recap, and whether ansible-playbook succeeded.
+// playbook runs a playbook of playbooks/ (or a path) with extra arguments through Mitogen; it
+// returns the output and the VM's recap, and whether ansible-playbook succeeded.
 func (b *bed) playbook(t *testing.T, name string, args ...string) (string, recap, bool) {
+	t.Helper()
+	return b.run(t, "mitogen_linear", name, args...)
+}
+
+// stockPlaybook runs a playbook with Ansible's own strategy, as the role's users run it.
+func (b *bed) stockPlaybook(t *testing.T, name string, args ...string) (string, recap, bool) {
+	t.Helper()
+	return b.run(t, "linear", name, args...)
+}
+
+func (b *bed) run(t *testing.T, strategy, name string, args ...string) (string, recap, bool) {
 	t.Helper()
 	path := name
 	if !filepath.IsAbs(name) {
@@ -58,10 +72,14 @@ func (b *bed) playbook(t *testing.T, name string, args ...string) (string, recap
 	cmd.Env = append(os.Environ(), "ANSIBLE_HOME="+filepath.Join(b.dir, "ansible-home"),
 		"ANSIBLE_NOCOLOR=1", "ANSIBLE_HOST_KEY_CHECKING=True", "ANSIBLE_RETRY_FILES_ENABLED=False",
 		"ANSIBLE_ROLES_PATH="+filepath.Join(testenv.RepoRoot(), "roles"),
+		"ANSIBLE_STRATEGY_PLUGINS="+b.mitogen, "ANSIBLE_STRATEGY="+strategy,
+		// Mitogen's connection includes starting its interpreter on the VM, which under
+		// emulation on a loaded host took longer than the 10 s default: the host was unreachable.
+		"ANSIBLE_TIMEOUT=120",
 		"PATH="+b.ansible+":"+os.Getenv("PATH"))
 	began := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("ansible-playbook %s %s: %s", filepath.Base(path), strings.Join(args, " "), time.Since(began).Round(100*time.Millisecond))
+	t.Logf("ansible-playbook (%s) %s %s: %s", strategy, filepath.Base(path), strings.Join(args, " "), time.Since(began).Round(100*time.Millisecond))
 	text := string(out)
 	var r recap
 	if m := recapLine.FindStringSubmatch(text); m != nil {
@@ -140,7 +158,8 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &bed{t: t, ctx: ctx, vm: vm, dir: dir, ansible: ansible, inventory: filepath.Join(dir, "inventory.yml")}
+	b := &bed{t: t, ctx: ctx, vm: vm, dir: dir, ansible: ansible, inventory: filepath.Join(dir, "inventory.yml"),
+		mitogen: mitogenStrategies(t, ansible)}
 	writeInventory(t, b.inventory, vm, binary, nvme, hdd)
 
 	t.Run("BadVariablesFailNamingThem", func(t *testing.T) {
@@ -168,7 +187,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	})
 
 	t.Run("ProvisionBuildsTheVolumeAndSetsFacts", func(t *testing.T) {
-		out, r, ok := b.playbook(t, filepath.Join(testenv.RepoRoot(), "operator", "test", "ansible", "testdata", "provision-and-read-facts.yml"))
+		out, r, ok := b.stockPlaybook(t, filepath.Join(testenv.RepoRoot(), "operator", "test", "ansible", "testdata", "provision-and-read-facts.yml"))
 		if !ok || r.changed == 0 || r.failed != 0 {
 			t.Fatalf("provision: ok=%v, recap %+v\n%s", ok, r, tail(out))
 		}
@@ -525,6 +544,18 @@ func testISCSI(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
 			t.Errorf("the node record is left (it would log in at boot):\n%s", out)
 		}
 	})
+}
+
+// mitogenStrategies is the folder of the strategy plugins of the Mitogen that
+// hack/ansible-requirements.txt installs beside Ansible.
+func mitogenStrategies(t *testing.T, ansible string) string {
+	t.Helper()
+	out, err := exec.Command(filepath.Join(ansible, "python3"), "-c",
+		"import os, ansible_mitogen.plugins.strategy as s; print(os.path.dirname(s.__file__))").Output()
+	if err != nil {
+		t.Fatalf("Mitogen's strategy plugins (hack/ansible-requirements.txt): %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // assertUntouched checks that nothing of the role reached the host.
