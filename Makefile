@@ -114,8 +114,8 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # they are built. TEST_LAST runs alone after the lanes, for a tier that cannot share the machine
 # (none today).
 TEST_FIRST := lint test-unit verify-generated
-TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-e2e test-demo
-TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-bench-smoke
+TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-demo
+TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-e2e test-bench-smoke
 TEST_LAST :=
 
 .PHONY: test
@@ -229,7 +229,7 @@ test-e2e: ## A real control plane on the host, the test VM as node "vm" (kwok pl
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build kubectl-plugin; \
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) FLASHCACHE_KUBECTL_PLUGIN=$(KUBECTL_FLASHCACHE) \
-		go test -tags e2e -count=1 -p 1 -v -timeout 40m ./test/e2e/...
+		go test -tags e2e -count=1 -p 1 -v -timeout 60m ./test/e2e/...
 
 ##@ Benchmarks (numbers, no speed targets)
 
