@@ -108,8 +108,8 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 
 # make test's tiers: the first ones one after another while test-prepare builds in the background,
 # then two lanes side by side, each in its order (hack/test.sh; logs in test-logs/). The lanes are
-# balanced by the tiers' times beside each other (docs/testing.md): the two longest, test-vm and
-# test-ansible, in different lanes. Each lane starts with a tier that needs only the VM image
+# balanced by the tiers' times beside each other (docs/testing.md): test-vm and test-demo in one,
+# test-ansible and test-e2e in the other. Each lane starts with a tier that needs only the VM image
 # (the preparation makes it first) and reaches the control plane's and the images' tiers once
 # they are built. TEST_LAST runs alone after the lanes, for a tier that cannot share the machine
 # (none today).
