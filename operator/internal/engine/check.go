@@ -138,6 +138,13 @@ func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device
 		c.Probe = &safety.Probe{SkipReason: err.Error()}
 	} else {
 		c.Probe = p
+		for again := 0; again < 2 && c.Probe.NearTheBar(c.Kernel); again++ {
+			p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits)
+			if err != nil {
+				break
+			}
+			c.Probe = safety.LowerFlushCost(c.Probe, p)
+		}
 	}
 	c.Verdict, c.Reasons = safety.Judge(c.Kernel, c.Cache, c.Probe, trusted)
 	return c
