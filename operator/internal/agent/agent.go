@@ -223,7 +223,11 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 			"the node is schedulable and no eviction is waiting: cache mode %s restored", res.Status.CacheMode)
 	default:
 		want := engine.Desired{Hold: why != "" && writeback, FlushRequest: fcv.Annotations[fcv1.AnnotationBackgroundFlush]}
-		if res, pass, err = r.Engine.Converge(ctx, v, want, r.now()); err != nil {
+		res, pass, err = r.Engine.Converge(ctx, v, want, r.now())
+		if err != nil {
+			// A pass is recorded before its knobs change: said even when the apply after it
+			// failed, or it runs without its start ever being said.
+			r.notePass(ctx, fcv, pass)
 			return res, pass, err
 		}
 	}
@@ -243,6 +247,16 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "CacheWorn", "WearCheck",
 			"the cache device crossed its wear limit while running (%s); mode now %s", strings.Join(w.Reasons, "; "), res.Status.CacheMode)
 	}
+	r.notePass(ctx, fcv, pass)
+	return res, pass, nil
+}
+
+// notePass logs what a converge did with the volume's flush pass and records it as an event.
+func (r *Reconciler) notePass(ctx context.Context, fcv *fcv1.FlashCacheVolume, pass *engine.PassReport) {
+	if pass == nil {
+		return
+	}
+	log := logf.FromContext(ctx)
 	switch {
 	case pass.Started:
 		log.Info("flush pass started", "reason", pass.Reason, "dirty", pass.DirtyAtStart)
@@ -258,7 +272,6 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushPassDone", "Flush",
 			"%s written back in %s, in writeback (%s)", units.Bytes(pass.DirtyAtStart), pass.Elapsed.Round(time.Second), pass.Reason)
 	}
-	return res, pass, nil
 }
 
 // flush runs the blocking flush, writing its progress to status for the eviction webhook.

@@ -134,6 +134,9 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	}
 	defer unlock()
 	res, pass, err := e.Converge(ctx, v, engine.Desired{}, time.Now())
+	// Said even when the converge then failed: a pass is recorded before its knobs change, and
+	// a stop in between (the converge cancelled) left a pass that ran without its start logged.
+	logPass(log, pass)
 	if err != nil {
 		if ctx.Err() == nil {
 			log.Error(err, "converge failed")
@@ -150,6 +153,15 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	if w := res.Wear; w != nil && w.BecameWorn {
 		log.Info("cache device worn while running", "reasons", w.Reasons, "cacheMode", res.Status.CacheMode)
 	}
+	metrics.Observe(v, res, res.Check.CacheWearPercent())
+	metrics.Pass(v.Name, pass)
+}
+
+// logPass says what the round did with the volume's flush pass.
+func logPass(log logr.Logger, pass *engine.PassReport) {
+	if pass == nil {
+		return
+	}
 	switch {
 	case pass.Started:
 		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart, "startedAt", pass.StartedAt.UTC().Format(time.RFC3339Nano))
@@ -159,8 +171,6 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	case pass.Ended:
 		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed.String())
 	}
-	metrics.Observe(v, res, res.Check.CacheWearPercent())
-	metrics.Pass(v.Name, pass)
 }
 
 // newNodeLogger logs to stderr, at debug level with --verbose (the runner logs each command at V(1)).
