@@ -160,7 +160,13 @@ helm install flashcache charts/flashcache --namespace flashcache-system --create
 	--set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
 	--set 'operator.tolerations[0].key=node.kubernetes.io/unschedulable' \
 	--set 'operator.tolerations[0].operator=Exists' --set 'operator.tolerations[0].effect=NoSchedule' \
-	--wait --timeout 10m | indent
+	--wait --timeout 10m | indent || {
+	# What kept the pods from Ready: the kubelet's view, which goes with the VM.
+	k get pods -n flashcache-system -o wide
+	k describe pods -n flashcache-system | tail -n 80
+	k get events -n flashcache-system --sort-by=.lastTimestamp | tail -n 40
+	exit 1
+}
 k get pods -n flashcache-system -o wide
 
 step "The API server rejects a bad spec and names the fields"
