@@ -108,14 +108,14 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 
 # make test's tiers: the first ones one after another while test-prepare builds in the background,
 # then two lanes side by side, each in its order (hack/test.sh; logs in test-logs/). The lanes are
-# balanced by the tiers' times beside each other (docs/testing.md): test-vm and test-demo in one,
-# test-ansible and test-e2e in the other. Each lane starts with a tier that needs only the VM image
+# balanced by the tiers' times beside each other (docs/testing.md): test-vm, test-demo and
+# test-bench-smoke in one, test-durability, test-ansible and test-e2e in the other. Each lane starts with a tier that needs only the VM image
 # (the preparation makes it first) and reaches the control plane's and the images' tiers once
 # they are built. TEST_LAST runs alone after the lanes, for a tier that cannot share the machine
 # (none today).
 TEST_FIRST := lint test-unit verify-generated
-TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-demo
-TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-e2e test-bench-smoke
+TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-demo test-bench-smoke
+TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-e2e
 TEST_LAST :=
 
 .PHONY: test
@@ -277,7 +277,7 @@ test-bench-smoke: ## make bench in miniature (three configurations, a tiny data 
 	assets=$$(hack/build-control-plane.sh $(E2E_COMPONENTS)); \
 	$(MAKE) --no-print-directory build; \
 	out=$$(mktemp -d); trap 'rm -rf "$$out"' EXIT; \
-	cd operator && export BENCH_OUT=$$out/results BENCH_COMMAND='make test-bench-smoke' FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) KUBEBUILDER_ASSETS=$$assets; \
+	cd operator && export BENCH_OUT=$$out/results BENCH_DATASET_DIR=$$out/datasets BENCH_COMMAND='make test-bench-smoke' FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) KUBEBUILDER_ASSETS=$$assets; \
 	BENCH_FLUSH_SEQUENTIAL_MIB=64 BENCH_FLUSH_RANDOM_MIB=1 BENCH_FLUSH_BASELINE_SECONDS=5 $(BENCH_VM) -run TestFlushEfficiency; \
 	export BENCH_DATA_MIB=48 BENCH_TABLES=2 BENCH_BUFFER_POOL_MIB=16 BENCH_WARMUP_SECONDS=5 BENCH_MEASURE_SECONDS=20 BENCH_FIO_SECONDS=5 BENCH_REPETITIONS=1; \
 	BENCH_CONFIGS=flashcache-flush-30s $(BENCH_VM) -run TestOLTP; \

@@ -288,7 +288,9 @@ k drain "$node" --ignore-daemonsets --delete-emptydir-data --timeout=15m 2>&1 |
 	stamp |
 	tee "$work/drain.log" | indent && drain_ok=1
 guest touch /run/demo-watch-stop
-wait "$watcher" "$mariadb_logs" || true
+# Bounded: a drain that failed leaves MariaDB running and its log followed for good.
+wait_for 60 eval '! kill -0 "$watcher" "$mariadb_logs"' || kill "$watcher" "$mariadb_logs" 2>/dev/null || true
+wait "$watcher" "$mariadb_logs" 2>/dev/null || true
 check "kubectl drain succeeded" test "$drain_ok" = 1
 check "the drain showed the flush's progress" grep -q 'flush' "$work/drain.log"
 first_state=$(awk 'NR == 1 {print $2}' "$work/bcache-state.log")

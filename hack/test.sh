@@ -19,6 +19,11 @@
 # $TEST_LOGS/times.tsv and a table at the end. A lane's failed tier does not stop the lane: one
 # run reports every tier that fails (a CI run is an hour; a lane that stopped at its first
 # failure left the next tier untried and unlisted), and the run fails.
+#
+# Every tier runs under one deadline, TEST_DEADLINE_SECONDS after the start (default 85 minutes,
+# inside CI's 90): a tier still running then is stopped, its log printed and the run failed, so
+# a CI run that would run out of time names the tier that held it and shows its log (a run once
+# spent its last 50 minutes in one tier and printed nothing of it).
 set -euo pipefail
 # Job control: each background job is a process group of its own, so that stopping it stops
 # the make, go test and QEMU processes under it too.
@@ -39,6 +44,7 @@ mkdir -p "$logs"
 times=$logs/times.tsv
 printf 'tier\tseconds\tresult\tstarted\tcpu_seconds\n' >"$times"
 began=$SECONDS
+deadline=$((began + ${TEST_DEADLINE_SECONDS:-5100}))
 
 say() { printf '\n==> %s [%s, %d s in]\n' "$*" "$(date -u +%T)" "$((SECONDS - began))"; }
 
@@ -57,6 +63,7 @@ children_cpu() {
 record() {
 	result=passed
 	(($4 == 0)) || result="FAILED (exit $4)"
+	(($4 != 124)) || result="FAILED (stopped at the deadline)"
 	printf '%s\t%d\t%s\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$result" "$3" "$5" >>"$times"
 }
 
@@ -66,11 +73,24 @@ tier() {
 	stamp=$(date -u +%T)
 	children_cpu cpu_before
 	say "start $name"
-	if [[ -n $log ]]; then
-		make --no-print-directory "$name" >"$log" 2>&1 || rc=$?
-	else
-		make --no-print-directory "$name" || rc=$?
+	local left=$((deadline - SECONDS))
+	if ((left <= 0)); then
+		printf '%s\t0\tFAILED (not started: the deadline had passed)\t%s\t0\n' "$name" "$stamp" >>"$times"
+		say "$name not started: the deadline had passed"
+		return 1
 	fi
+	# timeout runs make in a process group of its own and signals all of it: go test, QEMU and
+	# the demo's cluster stop with it (exit 124, or 137 when it took a KILL). Being a group of its
+	# own, the lanes' kill at exit does not reach it: the exit trap signals it by its pid file.
+	if [[ -n $log ]]; then
+		timeout --kill-after=60 "$left" make --no-print-directory "$name" >"$log" 2>&1 &
+	else
+		timeout --kill-after=60 "$left" make --no-print-directory "$name" &
+	fi
+	echo "$!" >"$logs/.running.$name"
+	wait "$!" || rc=$?
+	rm -f "$logs/.running.$name"
+	((rc == 0 || SECONDS < deadline)) || rc=124
 	local result
 	children_cpu cpu_after
 	record "$name" "$start" "$stamp" "$rc" "$((cpu_after - cpu_before))"
@@ -118,8 +138,15 @@ say "start test-prepare (background, log $prepare_log)"
 	exit "$rc"
 ) &
 prepare=$!
+# stop_tiers: signals the tiers still running (each a process group under its timeout).
+stop_tiers() {
+	local file
+	for file in "$logs"/.running.*; do
+		[[ -e $file ]] && kill -TERM "$(cat "$file")" 2>/dev/null || true
+	done
+}
 # A run that ends early (a failed serial tier, ^C) does not leave the builds running.
-trap 'kill -- "-$prepare" 2>/dev/null || true' EXIT
+trap 'kill -- "-$prepare" 2>/dev/null || true; stop_tiers' EXIT
 
 failed=0
 read -r -a serial <<<"$1"
@@ -149,7 +176,7 @@ for lane in "$@"; do
 	) &
 	lanes+=("$!")
 done
-trap 'for pid in "$prepare" "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done' EXIT
+trap 'for pid in "$prepare" "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; stop_tiers' EXIT
 for pid in "${lanes[@]}"; do
 	wait "$pid" || failed=1
 done
@@ -161,7 +188,9 @@ if ((!failed)); then
 		fi
 	done
 fi
-# Every tier has passed only if what they all built passed too.
+# Every tier has passed only if what they all built passed too. Past the deadline, what is
+# still building is stopped rather than waited for.
+((SECONDS < deadline)) || kill -- "-$prepare" 2>/dev/null || true
 if ! wait "$prepare"; then
 	failed=1
 	say "test-prepare FAILED"
