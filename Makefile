@@ -109,13 +109,14 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # make test's tiers: the first ones one after another while test-prepare builds in the background,
 # then two lanes side by side, each in its order (hack/test.sh; logs in test-logs/). The lanes are
 # balanced by the tiers' times beside each other (docs/testing.md): test-vm, test-demo and
-# test-bench-smoke in one, test-durability, test-ansible and test-e2e in the other. Each lane starts with a tier that needs only the VM image
+# test-bench-smoke in one, test-durability, test-ansible, the control plane's and the chart's tiers
+# and test-e2e in the other. Each lane starts with a tier that needs only the VM image
 # (the preparation makes it first) and reaches the control plane's and the images' tiers once
 # they are built. TEST_LAST runs alone after the lanes, for a tier that cannot share the machine
 # (none today).
 TEST_FIRST := lint test-unit verify-generated
-TEST_LANE_VM := test-vm test-envtest test-helm test-krew test-demo test-bench-smoke
-TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-e2e
+TEST_LANE_VM := test-vm test-demo test-bench-smoke
+TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-envtest test-helm test-krew test-e2e
 TEST_LAST :=
 
 .PHONY: test
