@@ -60,11 +60,13 @@ children_cpu() {
 	rm -f "$file"
 }
 
-# record NAME START STAMP RC CPU: adds a step's line to times.tsv and sets $result.
+# record NAME START STAMP RC CPU: adds a step's line to times.tsv and sets $result. RC 124: the
+# tier was stopped at the deadline; 125: it was not started, the deadline having passed.
 record() {
 	result=passed
 	(($4 == 0)) || result="FAILED (exit $4)"
 	(($4 != 124)) || result="FAILED (stopped at the deadline)"
+	(($4 != 125)) || result="FAILED (not started: the deadline had passed)"
 	printf '%s\t%d\t%s\t%s\t%s\n' "$1" "$((SECONDS - $2))" "$result" "$3" "$5" >>"$times"
 }
 
@@ -72,14 +74,14 @@ record() {
 tier() {
 	local name=$1 log=${2:-} start=$SECONDS stamp rc=0 cpu_before cpu_after
 	stamp=$(date -u +%T)
-	children_cpu cpu_before
-	say "start $name"
-	local left=$((deadline - SECONDS))
+	local left=$((deadline - SECONDS)) result
 	if ((left <= 0)); then
-		printf '%s\t0\tFAILED (not started: the deadline had passed)\t%s\t0\n' "$name" "$stamp" >>"$times"
-		say "$name not started: the deadline had passed"
+		record "$name" "$start" "$stamp" 125 0
+		say "$name $result"
 		return 1
 	fi
+	children_cpu cpu_before
+	say "start $name"
 	# timeout runs make in a process group of its own and signals all of it: go test, QEMU and
 	# the demo's cluster stop with it (exit 124, or 137 when it took a KILL). Being a group of its
 	# own, the lanes' kill at exit does not reach it: the exit trap signals it by its pid file.
@@ -92,7 +94,6 @@ tier() {
 	wait "$!" || rc=$?
 	rm -f "$logs/.running.$name"
 	((rc == 0 || SECONDS < deadline)) || rc=124
-	local result
 	children_cpu cpu_after
 	record "$name" "$start" "$stamp" "$rc" "$((cpu_after - cpu_before))"
 	say "$name $result in $((SECONDS - start)) s${log:+, log $log}"
