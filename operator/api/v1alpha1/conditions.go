@@ -139,6 +139,9 @@ const (
 	AnnotationProvisionedBy = "flashcache.io/provisioned-by"
 	// AnnotationClaim names the claim (namespace/name) a volume was carved for.
 	AnnotationClaim = "flashcache.io/claim"
+	// AnnotationCSIName is the name the CSI CreateVolume call gave a volume it carved, when that
+	// name is not the volume's own (a name that is not a DNS label is turned into one).
+	AnnotationCSIName = "flashcache.io/csi-name"
 )
 
 // CSIDriverName is the CSI driver's name: a StorageClass's provisioner, the CSIDriver object, and

@@ -19,6 +19,14 @@ func (r Runner) Discard(ctx context.Context, devPath string, timeout time.Durati
 	return err
 }
 
+// ZeroRange writes zeros over length bytes of a device from offset (the kernel's BLKZEROOUT,
+// which writes the zeros itself on a disk that cannot), waiting until they are written.
+func (r Runner) ZeroRange(ctx context.Context, devPath string, offset, length int64) error {
+	_, err := r.Run(ctx, "blkdiscard", "--zeroout", "--force", "--offset", strconv.FormatInt(offset, 10),
+		"--length", strconv.FormatInt(length, 10), devPath)
+	return err
+}
+
 // ZapPartitionTable erases the GPT and MBR structures of a disk.
 func (r Runner) ZapPartitionTable(ctx context.Context, devPath string) error {
 	_, err := r.Run(ctx, "sgdisk", "--zap-all", devPath)

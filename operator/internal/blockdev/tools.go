@@ -28,7 +28,7 @@ type Tool struct {
 // Tools is every external command the engine may run. Runner refuses any other.
 var Tools = []Tool{
 	{Name: "wipefs", Debian: "util-linux", RHEL: "util-linux", Why: "reads and erases the signatures on cache and backing devices"},
-	{Name: "blkdiscard", Debian: "util-linux", RHEL: "util-linux", Why: "discards the whole cache device before partitioning"},
+	{Name: "blkdiscard", Debian: "util-linux", RHEL: "util-linux", Why: "discards the whole cache device before partitioning, and zeroes where a new carved volume's data begins and ends"},
 	{Name: "blockdev", Debian: "util-linux", RHEL: "util-linux", Why: "makes the kernel reread the cache device's partition table"},
 	{Name: "partx", Debian: "util-linux", RHEL: "util-linux", Why: "drops stale partitions of a wiped device from the kernel"},
 	{Name: "sfdisk", Debian: "fdisk", RHEL: "util-linux", Why: "reads the cache device's partition table"},

@@ -138,7 +138,7 @@ func runAgent(opts agentOptions) error {
 	}
 	if opts.csiEndpoint != "" {
 		log := ctrl.Log.WithName("csi")
-		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), Runner: blockdev.Runner{Log: log}, Log: log}
+		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: blockdev.Runner{Log: log}, Log: log}
 		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{}, Node: node, Log: log}); err != nil {
 			return fmt.Errorf("setting up the CSI node service: %w", err)
 		}

@@ -168,7 +168,7 @@ func runOperator(cmd *cobra.Command, opts operatorOptions) error {
 			return fmt.Errorf("creating the CSI controller's client: %w", err)
 		}
 		log := ctrl.Log.WithName("csi")
-		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{Controller: true},
+		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{},
 			Controller: &csi.Controller{Client: direct, Log: log}, Log: log}); err != nil {
 			return fmt.Errorf("setting up the CSI controller: %w", err)
 		}

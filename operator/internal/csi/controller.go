@@ -19,12 +19,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
 const (
 	// extentBytes is the volume group's extent: a volume's size is rounded up to it, as lvcreate
 	// would, so that the capacity the claim sees is the one it gets.
-	extentBytes = 4 << 20
+	extentBytes = engine.PoolExtentBytes
 	// minVolumeBytes and defaultVolumeBytes: the API's smallest pool.size, and what a claim that
 	// asks for no size gets.
 	minVolumeBytes     = 64 << 20
@@ -91,9 +92,29 @@ func checkCapabilities(caps []*csi.VolumeCapability) error {
 	return nil
 }
 
-// requestedBytes is the size a capacity range asks for, rounded up to the extent and at least the
-// smallest volume, or an error when the limit leaves no such size.
-func requestedBytes(r *csi.CapacityRange) (int64, error) {
+// smallestFilesystem is the smallest device each filesystem NodeStageVolume makes can be made
+// on: mkfs.xfs refuses one under 300 MiB (xfsprogs 5.19 and later).
+var smallestFilesystem = map[string]int64{"xfs": 300 << 20, "ext4": minVolumeBytes}
+
+// smallestFor is the smallest volume that every capability asked for can be: the pool's smallest
+// for a block volume or ext4, 300 MiB for XFS, the default filesystem.
+func smallestFor(caps ...*csi.VolumeCapability) int64 {
+	least := int64(minVolumeBytes)
+	for _, c := range caps {
+		if m := c.GetMount(); m != nil {
+			fs := m.GetFsType()
+			if fs == "" {
+				fs = fsTypes[0]
+			}
+			least = max(least, smallestFilesystem[fs])
+		}
+	}
+	return least
+}
+
+// requestedBytes is the size a capacity range asks for, rounded up to the extent and at least
+// least, or an error when the limit leaves no such size.
+func requestedBytes(r *csi.CapacityRange, least int64) (int64, error) {
 	want := max(r.GetRequiredBytes(), 0)
 	if want == 0 {
 		want = defaultVolumeBytes
@@ -101,10 +122,11 @@ func requestedBytes(r *csi.CapacityRange) (int64, error) {
 			want = l
 		}
 	}
-	want = max(want, minVolumeBytes)
+	want = max(want, least)
 	want = (want + extentBytes - 1) / extentBytes * extentBytes
 	if l := r.GetLimitBytes(); l > 0 && want > l {
-		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes rounded up to the 4 MiB extent and the 64 MiB minimum is %d, over the limit %d", r.GetRequiredBytes(), want, l)
+		return 0, status.Errorf(codes.OutOfRange, "capacity_range: %d bytes rounded up to the 4 MiB extent and the smallest volume of this kind (%s) is %d, over the limit %d",
+			r.GetRequiredBytes(), quantity(least), want, l)
 	}
 	return want, nil
 }
@@ -120,7 +142,7 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 	if req.GetVolumeContentSource() != nil {
 		return nil, status.Error(codes.InvalidArgument, "volume_content_source: flashcache makes no snapshots or clones")
 	}
-	size, err := requestedBytes(req.GetCapacityRange())
+	size, err := requestedBytes(req.GetCapacityRange(), smallestFor(req.GetVolumeCapabilities()...))
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +170,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		if claim := req.GetParameters()[paramClaimName]; claim != "" {
 			fcv.Annotations[fcv1.AnnotationClaim] = req.GetParameters()[paramClaimNamespace] + "/" + claim
 		}
+		if name != req.GetName() {
+			fcv.Annotations[fcv1.AnnotationCSIName] = req.GetName()
+		}
 		if err := c.Client.Create(ctx, &fcv); err != nil {
 			if apierrors.IsInvalid(err) {
 				return nil, status.Errorf(codes.InvalidArgument, "StorageClass parameters: %v", err)
@@ -162,6 +187,9 @@ func (c *Controller) CreateVolume(ctx context.Context, req *csi.CreateVolumeRequ
 		// is the one asked for.
 		if fcv.Annotations[fcv1.AnnotationProvisionedBy] != DriverName || fcv.Spec.Pool == nil {
 			return nil, status.Errorf(codes.AlreadyExists, "FlashCacheVolume %s exists and was not made by %s", name, DriverName)
+		}
+		if made := fcv.Annotations[fcv1.AnnotationCSIName]; name != req.GetName() && made != req.GetName() {
+			return nil, status.Errorf(codes.AlreadyExists, "FlashCacheVolume %s was made for the CSI name %q, not %q", name, made, req.GetName())
 		}
 		if fcv.Spec.Pool.Size.Value() != size {
 			return nil, status.Errorf(codes.AlreadyExists, "volume %s exists with %s, not the %d bytes asked for", name, fcv.Spec.Pool.Size.String(), size)
@@ -209,7 +237,7 @@ func (c *Controller) poolSpaces(ctx context.Context, nodes []string) ([]poolSpac
 	used := map[string]int64{}
 	for _, v := range volumes.Items {
 		if v.Spec.Pool != nil {
-			used[v.Spec.Pool.Name] += v.Spec.Pool.Size.Value()
+			used[v.Spec.Pool.Name] += engine.CarvedBackingBytes(v.Spec.Pool.Size.Value())
 		}
 	}
 	var spaces []poolSpace
@@ -258,7 +286,7 @@ func (c *Controller) choosePool(ctx context.Context, nodes []string, size int64)
 			if s.pool.Spec.NodeName != node {
 				continue
 			}
-			if s.free < size {
+			if s.free < engine.CarvedBackingBytes(size) {
 				why = append(why, fmt.Sprintf("pool %s on %s has %s free", s.pool.Name, node, quantity(max(s.free, 0))))
 				continue
 			}
@@ -331,7 +359,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if req.GetVolumeId() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	size, err := requestedBytes(req.GetCapacityRange())
+	size, err := requestedBytes(req.GetCapacityRange(), smallestFor(req.GetVolumeCapability()))
 	if err != nil {
 		return nil, err
 	}
@@ -359,7 +387,7 @@ func (c *Controller) ControllerExpandVolume(ctx context.Context, req *csi.Contro
 	if i < 0 {
 		return nil, status.Errorf(codes.Unavailable, "pool %s of volume %s is not Ready", fcv.Spec.Pool.Name, fcv.Name)
 	}
-	if grow := size - have; spaces[i].free < grow {
+	if grow := engine.CarvedBackingBytes(size) - engine.CarvedBackingBytes(have); spaces[i].free < grow {
 		return nil, status.Errorf(codes.ResourceExhausted, "pool %s has %s free; growing volume %s from %s to %s needs %s",
 			fcv.Spec.Pool.Name, quantity(max(spaces[i].free, 0)), fcv.Name, quantity(have), quantity(size), quantity(grow))
 	}
@@ -385,10 +413,10 @@ func (c *Controller) GetCapacity(ctx context.Context, req *csi.GetCapacityReques
 	for _, s := range spaces {
 		free := max(s.free, 0)
 		total += free
-		largest = max(largest, free)
+		largest = max(largest, engine.LargestCarvedVolume(free))
 	}
 	// A volume is carved from one pool: the largest claim that fits is the largest pool's free
-	// space, which the scheduler compares a claim against.
+	// space less bcache's header, which the scheduler compares a claim against.
 	return &csi.GetCapacityResponse{
 		AvailableCapacity: total,
 		MaximumVolumeSize: wrapperspb.Int64(largest),

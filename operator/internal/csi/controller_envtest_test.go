@@ -157,6 +157,45 @@ func TestCreateVolumeCarvesFromThePoolOfTheClaimsNode(t *testing.T) {
 	wantCode(t, err, codes.AlreadyExists, "pvc-create-1")
 }
 
+// A CSI name that is not a DNS label (csi-sanity's are not) gets a volume of its own, named
+// from it, and the same name finds that volume again; the name it was made for is kept, so a
+// volume made for another name is not taken for it.
+func TestCreateVolumeTakesAnyCSIName(t *testing.T) {
+	ctx := context.Background()
+	readyPool(t, "names", "names-node", "8Gi")
+	c := newController()
+	const csiName = "Sanity_Controller-Create-maxlen-5DB4DB07-AE04157B-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	id, err := volumeName(csiName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleteVolume(t, id)
+	req := createRequest(csiName, 64<<20, "names-node", nil)
+	resp, err := c.CreateVolume(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.GetVolume().GetVolumeId() != id {
+		t.Errorf("volume ID %q, want %q", resp.GetVolume().GetVolumeId(), id)
+	}
+	var fcv fcv1.FlashCacheVolume
+	if err := k8s.Get(ctx, client.ObjectKey{Name: id}, &fcv); err != nil {
+		t.Fatal(err)
+	}
+	if fcv.Annotations[fcv1.AnnotationCSIName] != csiName {
+		t.Errorf("annotations %v: want the CSI name", fcv.Annotations)
+	}
+	if again, err := c.CreateVolume(ctx, req); err != nil || again.GetVolume().GetVolumeId() != id {
+		t.Errorf("the same request again: %v %v", again, err)
+	}
+	fcv.Annotations[fcv1.AnnotationCSIName] = "another name"
+	if err := k8s.Update(ctx, &fcv); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CreateVolume(ctx, req)
+	wantCode(t, err, codes.AlreadyExists, "another name")
+}
+
 // Free space is the pool's capacity less the volumes carved from it, built or not: a claim that
 // does not fit stays unprovisioned, and the error says pool by pool why.
 func TestCreateVolumeCountsCarvedVolumesAndSaysWhyNothingFits(t *testing.T) {
@@ -169,7 +208,7 @@ func TestCreateVolumeCountsCarvedVolumesAndSaysWhyNothingFits(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.CreateVolume(ctx, createRequest("pvc-full-2", 600<<20, "full-node", nil))
-	wantCode(t, err, codes.ResourceExhausted, "full-node", "pool full-a on full-node has 424Mi free", "pool full-building on full-node is not reported yet")
+	wantCode(t, err, codes.ResourceExhausted, "full-node", "pool full-a on full-node has 420Mi free", "pool full-building on full-node is not reported yet")
 	if err := k8s.Get(ctx, client.ObjectKey{Name: "pvc-full-2"}, &fcv1.FlashCacheVolume{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a volume was written for a claim that does not fit: %v", err)
 	}
@@ -215,8 +254,10 @@ func TestGetCapacityIsTheNodesFreePoolSpace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.GetAvailableCapacity() != 1536<<20 || resp.GetMaximumVolumeSize().GetValue() != 1<<30 {
-		t.Errorf("capacity %d, largest %d: want 1.5 GiB free in all, 1 GiB the largest (cap-b untouched)", resp.GetAvailableCapacity(), resp.GetMaximumVolumeSize().GetValue())
+	// Each volume's logical volume holds bcache's 2 MiB header too, in 4 MiB extents: cap-a has
+	// 2048 - 1540 MiB free, and cap-b's 1 GiB holds a volume of 1020 MiB.
+	if resp.GetAvailableCapacity() != (508+1024)<<20 || resp.GetMaximumVolumeSize().GetValue() != 1020<<20 {
+		t.Errorf("capacity %d, largest %d: want 1532 MiB free in all, 1020 MiB the largest (cap-b untouched)", resp.GetAvailableCapacity(), resp.GetMaximumVolumeSize().GetValue())
 	}
 }
 
@@ -243,7 +284,7 @@ func TestControllerExpandVolumeGrowsWithinThePool(t *testing.T) {
 		t.Errorf("pool.size after the expansion: %v %v", fcv.Spec.Pool, err)
 	}
 	_, err = c.ControllerExpandVolume(ctx, &csi.ControllerExpandVolumeRequest{VolumeId: "pvc-grow-1", CapacityRange: &csi.CapacityRange{RequiredBytes: 3 << 30}})
-	wantCode(t, err, codes.ResourceExhausted, "pool grow-a has 512Mi free")
+	wantCode(t, err, codes.ResourceExhausted, "pool grow-a has 508Mi free")
 }
 
 // DeleteVolume deletes the volume and is done only once it is gone (the agent's teardown, here a

@@ -10,11 +10,11 @@ import (
 )
 
 // Identity is the CSI identity service, served beside the controller in the operator and beside
-// the node service in the agent.
+// the node service in the agent. Both say what the driver as a whole offers, as one driver's
+// processes do: a client of either learns that volumes have a controller service and live on one
+// node.
 type Identity struct {
 	csi.UnimplementedIdentityServer
-	// Controller is true where the controller service is served (the operator).
-	Controller bool
 }
 
 func (i *Identity) GetPluginInfo(context.Context, *csi.GetPluginInfoRequest) (*csi.GetPluginInfoResponse, error) {
@@ -27,13 +27,11 @@ func (i *Identity) GetPluginCapabilities(context.Context, *csi.GetPluginCapabili
 		// nothing uses it, so expansion is offline.
 		{Type: &csi.PluginCapability_VolumeExpansion_{VolumeExpansion: &csi.PluginCapability_VolumeExpansion{Type: csi.PluginCapability_VolumeExpansion_OFFLINE}}},
 	}
-	if i.Controller {
-		for _, t := range []csi.PluginCapability_Service_Type{
-			csi.PluginCapability_Service_CONTROLLER_SERVICE,
-			csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
-		} {
-			caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}})
-		}
+	for _, t := range []csi.PluginCapability_Service_Type{
+		csi.PluginCapability_Service_CONTROLLER_SERVICE,
+		csi.PluginCapability_Service_VOLUME_ACCESSIBILITY_CONSTRAINTS,
+	} {
+		caps = append(caps, &csi.PluginCapability{Type: &csi.PluginCapability_Service_{Service: &csi.PluginCapability_Service{Type: t}}})
 	}
 	return &csi.GetPluginCapabilitiesResponse{Capabilities: caps}, nil
 }

@@ -28,9 +28,27 @@ import (
 type Node struct {
 	csi.UnimplementedNodeServer
 	NodeName string
-	Client   client.Reader
-	Runner   blockdev.Runner
-	Log      logr.Logger
+	// Client reads volumes from the agent's cache; APIReader, when set, reads one the cache has
+	// not seen yet from the API server: a volume may be staged moments after CreateVolume wrote it.
+	Client    client.Reader
+	APIReader client.Reader
+	Runner    blockdev.Runner
+	Log       logr.Logger
+}
+
+// volume reads the FlashCacheVolume of a CSI volume ID: NotFound, Unavailable, or the volume.
+func (n *Node) volume(ctx context.Context, id string) (*fcv1.FlashCacheVolume, error) {
+	var fcv fcv1.FlashCacheVolume
+	err := n.Client.Get(ctx, client.ObjectKey{Name: id}, &fcv)
+	if apierrors.IsNotFound(err) && n.APIReader != nil {
+		err = n.APIReader.Get(ctx, client.ObjectKey{Name: id}, &fcv)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", id)
+	} else if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "reading FlashCacheVolume %s: %v", id, err)
+	}
+	return &fcv, nil
 }
 
 func (n *Node) NodeGetInfo(context.Context, *csi.NodeGetInfoRequest) (*csi.NodeGetInfoResponse, error) {
@@ -58,11 +76,9 @@ func (n *Node) builtVolume(ctx context.Context, id string) (*fcv1.FlashCacheVolu
 	if id == "" {
 		return nil, "", status.Error(codes.InvalidArgument, "volume_id is required")
 	}
-	var fcv fcv1.FlashCacheVolume
-	if err := n.Client.Get(ctx, client.ObjectKey{Name: id}, &fcv); apierrors.IsNotFound(err) {
-		return nil, "", status.Errorf(codes.NotFound, "volume %s does not exist", id)
-	} else if err != nil {
-		return nil, "", status.Errorf(codes.Unavailable, "reading FlashCacheVolume %s: %v", id, err)
+	fcv, err := n.volume(ctx, id)
+	if err != nil {
+		return nil, "", err
 	}
 	if fcv.Spec.NodeName != n.NodeName {
 		return nil, "", status.Errorf(codes.FailedPrecondition, "volume %s is on node %s, not %s", id, fcv.Spec.NodeName, n.NodeName)
@@ -85,7 +101,7 @@ func (n *Node) builtVolume(ctx context.Context, id string) (*fcv1.FlashCacheVolu
 	if _, err := os.Stat(device); err != nil {
 		return nil, "", status.Errorf(codes.Unavailable, "volume %s: device %s: %v", id, device, err)
 	}
-	return &fcv, device, nil
+	return fcv, device, nil
 }
 
 func (n *Node) NodeStageVolume(ctx context.Context, req *csi.NodeStageVolumeRequest) (*csi.NodeStageVolumeResponse, error) {
@@ -237,11 +253,9 @@ func (n *Node) NodeGetVolumeStats(ctx context.Context, req *csi.NodeGetVolumeSta
 	if req.GetVolumeId() == "" || req.GetVolumePath() == "" {
 		return nil, status.Error(codes.InvalidArgument, "volume_id and volume_path are required")
 	}
-	var fcv fcv1.FlashCacheVolume
-	if err := n.Client.Get(ctx, client.ObjectKey{Name: req.GetVolumeId()}, &fcv); apierrors.IsNotFound(err) {
-		return nil, status.Errorf(codes.NotFound, "volume %s does not exist", req.GetVolumeId())
-	} else if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "reading FlashCacheVolume %s: %v", req.GetVolumeId(), err)
+	fcv, err := n.volume(ctx, req.GetVolumeId())
+	if err != nil {
+		return nil, err
 	}
 	if info, err := os.Stat(req.GetVolumePath()); err == nil && !info.IsDir() && fcv.Status.Device != nil && fcv.Status.Device.Capacity != nil {
 		// A block volume: the file the device is bound onto; its size is the device's.

@@ -5,6 +5,8 @@
 package csi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -97,10 +99,28 @@ func parameterValue(s string) any {
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // volumeName is the FlashCacheVolume for a CSI volume name, which is also the volume's ID. The
-// external-provisioner names volumes pvc-<claim UID>, which is kept as it is.
+// external-provisioner names volumes pvc-<claim UID>, a DNS label, which is kept as it is. Any
+// other name (the CSI spec allows up to 128 characters of any kind) is made one: lowercased, its
+// other characters dashes, cut short, and ended with a hash of the whole name, so that the same
+// name is always the same volume and two names never share one.
 func volumeName(csiName string) (string, error) {
-	if len(csiName) > 63 || !dnsLabel.MatchString(csiName) {
-		return "", fmt.Errorf("volume name %q is not a DNS label of at most 63 characters (the provisioner's pvc-<uid> is)", csiName)
+	if csiName == "" {
+		return "", fmt.Errorf("name is required")
 	}
-	return csiName, nil
+	if len(csiName) <= 63 && dnsLabel.MatchString(csiName) {
+		return csiName, nil
+	}
+	sum := sha256.Sum256([]byte(csiName))
+	hash := hex.EncodeToString(sum[:])[:12]
+	base := strings.Trim(notInLabel.ReplaceAllString(strings.ToLower(csiName), "-"), "-")
+	if len(base) > 63-len(hash)-1 {
+		base = strings.TrimRight(base[:63-len(hash)-1], "-")
+	}
+	if base == "" {
+		return hash, nil
+	}
+	return base + "-" + hash, nil
 }
+
+// notInLabel is a run of characters a DNS label cannot hold.
+var notInLabel = regexp.MustCompile(`[^a-z0-9-]+`)

@@ -45,10 +45,36 @@ func TestRequestedBytesRoundUpToTheExtent(t *testing.T) {
 		{(100 << 20) + 1, 0, 104 << 20, codes.OK},
 		{(100 << 20) + 1, 101 << 20, 0, codes.OutOfRange},
 	} {
-		got, err := requestedBytes(&csi.CapacityRange{RequiredBytes: c.required, LimitBytes: c.limit})
+		got, err := requestedBytes(&csi.CapacityRange{RequiredBytes: c.required, LimitBytes: c.limit}, 64<<20)
 		if status.Code(err) != c.code || got != c.want {
 			t.Errorf("required %d limit %d: %d %v, want %d %s", c.required, c.limit, got, err, c.want, c.code)
 		}
+	}
+}
+
+// A volume is never smaller than its filesystem can be made on: mkfs.xfs refuses a device under
+// 300 MiB, and XFS is the default.
+func TestTheSmallestVolumeIsOneItsFilesystemFits(t *testing.T) {
+	block := &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Block{Block: &csi.VolumeCapability_BlockVolume{}}}
+	mount := func(fs string) *csi.VolumeCapability {
+		return &csi.VolumeCapability{AccessType: &csi.VolumeCapability_Mount{Mount: &csi.VolumeCapability_MountVolume{FsType: fs}}}
+	}
+	for _, c := range []struct {
+		caps []*csi.VolumeCapability
+		want int64
+	}{
+		{[]*csi.VolumeCapability{block}, 64 << 20},
+		{[]*csi.VolumeCapability{mount("ext4")}, 64 << 20},
+		{[]*csi.VolumeCapability{mount("xfs")}, 300 << 20},
+		{[]*csi.VolumeCapability{mount("")}, 300 << 20},
+		{[]*csi.VolumeCapability{block, mount("")}, 300 << 20},
+	} {
+		if got := smallestFor(c.caps...); got != c.want {
+			t.Errorf("%v: %d, want %d", c.caps, got, c.want)
+		}
+	}
+	if _, err := requestedBytes(&csi.CapacityRange{RequiredBytes: 64 << 20, LimitBytes: 128 << 20}, smallestFor(mount("xfs"))); status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "300Mi") {
+		t.Errorf("an XFS volume limited to 128 MiB: %v, want OutOfRange naming 300Mi", err)
 	}
 }
 
@@ -56,9 +82,23 @@ func TestVolumeNamesAreTheProvisionersDNSLabels(t *testing.T) {
 	if n, err := volumeName("pvc-0b5a1c3e-6f7d-4e2a-9b8c-1d2e3f4a5b6c"); err != nil || n != "pvc-0b5a1c3e-6f7d-4e2a-9b8c-1d2e3f4a5b6c" {
 		t.Errorf("%q %v", n, err)
 	}
-	for _, bad := range []string{"", "PVC-1", "pvc_1", strings.Repeat("a", 64)} {
-		if _, err := volumeName(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+	if _, err := volumeName(""); err == nil {
+		t.Error("an empty name accepted")
+	}
+	// Any other name becomes a DNS label, the same each time, and different names different ones.
+	seen := map[string]string{}
+	for _, name := range []string{"PVC-1", "pvc_1", "pvc-1_", strings.Repeat("a", 64), strings.Repeat("a", 65),
+		"sanity-controller-create-maxlen-5DB4DB07-AE04157B" + strings.Repeat("a", 79), "___", "Ä"} {
+		got, err := volumeName(name)
+		if err != nil || len(got) > 63 || !dnsLabel.MatchString(got) {
+			t.Errorf("%q: %q %v, want a DNS label", name, got, err)
 		}
+		if again, _ := volumeName(name); again != got {
+			t.Errorf("%q: %q then %q", name, got, again)
+		}
+		if other, ok := seen[got]; ok {
+			t.Errorf("%q and %q are both %q", name, other, got)
+		}
+		seen[got] = name
 	}
 }

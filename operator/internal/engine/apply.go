@@ -119,10 +119,10 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		if v.Spec.Safety.DisableBackingWriteCache {
 			res.Warnings = append(res.Warnings, "safety.disableBackingWriteCache is not applied to a carved volume: its disks are the pool's, shared with its other volumes")
 		}
-		if o.LV != nil && o.LV.SizeBytes < v.Spec.Pool.Size.Value() && o.BackingReg != nil {
+		if o.LV != nil && o.LV.SizeBytes < CarvedBackingBytes(v.Spec.Pool.Size.Value()) && o.BackingReg != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("pool.size %s is more than the volume's %s: it grows once nothing uses /dev/%s "+
 				"(no mount, no holder): bcache takes a new size only when the device is registered again",
-				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes), o.BackingReg.Device))
+				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes-safety.BackingDataOffsetSectors*sectorSize), o.BackingReg.Device))
 		}
 	}
 	if o.Cache.DiscardMaxBytes == 0 {
@@ -213,6 +213,11 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 		if s.Kind != StepMakeCache {
 			// Data from 2 MiB: the gap after the superblock is the durability probe's scratch.
 			m.BackingDevPath, m.DataOffsetSectors = o.Backing.DevPath, safety.BackingDataOffsetSectors
+		}
+		if s.Kind == StepMakeBacking && v.Carved() {
+			if err := e.clearStaleSignatures(ctx, o.Backing); err != nil {
+				return err
+			}
 		}
 		return e.Run.MakeBcache(ctx, m)
 	case StepRegisterCache:
@@ -521,4 +526,28 @@ func makeBcachePolicy(p fcv1.ReplacementPolicy) string {
 		return string(fcv1.ReplacementPolicyLRU)
 	}
 	return string(p)
+}
+
+// staleSignatureWindow is how much of a carved volume's data is zeroed at each end before it
+// becomes a backing device: every filesystem, partition table, RAID and LVM signature blkid
+// knows lies in the first or the last MiB of a device.
+const staleSignatureWindow = 1 << 20
+
+// clearStaleSignatures zeroes the start and the end of a new carved volume's data. Its logical
+// volume may reuse extents of one deleted before: lvcreate wipes the signatures at its start,
+// but bcache's data begins 2 MiB further in, where the old volume's filesystem would otherwise
+// appear whole in the new device, be taken for the new claim's own and be mounted into its pod.
+// The rest of the old bytes are not erased (as with any thick LVM volume); a filesystem made on
+// the device does not show them.
+func (e *Engine) clearStaleSignatures(ctx context.Context, lv blockdev.Device) error {
+	data := int64(safety.BackingDataOffsetSectors * sectorSize)
+	if lv.SizeBytes < data+2*staleSignatureWindow {
+		return fmt.Errorf("%s is %d bytes, too small for a carved volume", lv.DevPath, lv.SizeBytes)
+	}
+	for _, offset := range []int64{data, lv.SizeBytes - staleSignatureWindow} {
+		if err := e.Run.ZeroRange(ctx, lv.DevPath, offset, staleSignatureWindow); err != nil {
+			return fmt.Errorf("zeroing what a deleted volume left in %s: %w", lv.DevPath, err)
+		}
+	}
+	return nil
 }

@@ -296,19 +296,20 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 	set := o.CacheSB.SetUUID()
 	lvPath := v.BackingPath()
 	size := v.Spec.Pool.Size.Value()
+	lvSize := CarvedBackingBytes(size)
 	var steps []Step
 	switch {
-	case o.LV == nil && o.PoolVG.FreeBytes < size:
+	case o.LV == nil && o.PoolVG.FreeBytes < lvSize:
 		return nil, &Refusal{Reason: ReasonPoolFull, Field: "pool.size",
-			Message: fmt.Sprintf("pool %s has %s free in volume group %s; the volume wants %s", p.Name, humanSize(o.PoolVG.FreeBytes), o.PoolVG.Name, humanSize(size))}
+			Message: fmt.Sprintf("pool %s has %s free in volume group %s; the volume wants %s (%s with bcache's header)", p.Name, humanSize(o.PoolVG.FreeBytes), o.PoolVG.Name, humanSize(size), humanSize(lvSize))}
 	case o.LV == nil:
-		return []Step{{Kind: StepCreateLV, Device: lvPath, Value: strconv.FormatInt(size, 10)}}, nil
+		return []Step{{Kind: StepCreateLV, Device: lvPath, Value: strconv.FormatInt(lvSize, 10)}}, nil
 	case !o.LV.Active:
 		return []Step{{Kind: StepActivateLV, Device: lvPath}}, nil
-	case o.LV.SizeBytes < size && !o.BcacheInUse:
+	case o.LV.SizeBytes < lvSize && !o.BcacheInUse:
 		// Grown while nothing uses it: LVM first, then bcache, which takes the new size at its
 		// next registration. In use, Apply says it waits.
-		return []Step{{Kind: StepExtendLV, Device: lvPath, Value: strconv.FormatInt(size, 10)}}, nil
+		return []Step{{Kind: StepExtendLV, Device: lvPath, Value: strconv.FormatInt(lvSize, 10)}}, nil
 	}
 	_, backingOurs := ours(v, o)
 	if !backingOurs && len(o.BackingSigs) > 0 {

@@ -8,6 +8,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
+	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
 // Pool is one FlashCachePool as the engine sees it: the SSD becomes one cache set and the slow
@@ -29,6 +30,25 @@ func (p Pool) VolumeGroup() string { return "fcp-" + p.Name }
 
 // Tag marks the volume group as the pool's: a group of the same name without it is refused.
 func (p Pool) Tag() string { return "flashcache.io/pool=" + p.Name }
+
+// PoolExtentBytes is the extent of a pool's volume group (vgcreate's default): a carved volume's
+// logical volume is a whole number of extents.
+const PoolExtentBytes = 4 << 20
+
+// CarvedBackingBytes is the size of the logical volume behind a carved volume of size bytes:
+// bcache's data offset (its superblock and the safety check's scratch region) before the data,
+// rounded up to whole extents, so that the volume's device holds at least the size asked for.
+func CarvedBackingBytes(size int64) int64 {
+	want := size + safety.BackingDataOffsetSectors*sectorSize
+	return (want + PoolExtentBytes - 1) / PoolExtentBytes * PoolExtentBytes
+}
+
+// LargestCarvedVolume is the largest size, in whole extents, whose logical volume fits in free
+// bytes of a pool.
+func LargestCarvedVolume(free int64) int64 {
+	extents := free / PoolExtentBytes * PoolExtentBytes
+	return max(0, (extents-safety.BackingDataOffsetSectors*sectorSize)/PoolExtentBytes*PoolExtentBytes)
+}
 
 // Steps of a pool's slow disks.
 const (

@@ -215,13 +215,13 @@ func TestACarvedVolumeIsALogicalVolumeOnThePoolsCacheSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(steps) != 1 || steps[0].Kind != StepCreateLV || steps[0].Device != "/dev/fcp-worker-1/fc-mysql-0" || steps[0].Value != "1073741824" {
+	if len(steps) != 1 || steps[0].Kind != StepCreateLV || steps[0].Device != "/dev/fcp-worker-1/fc-mysql-0" || steps[0].Value != "1077936128" {
 		t.Fatalf("steps = %v, want the logical volume first", steps)
 	}
 	// Made and active: the backing superblock on the pool's set, registration, attachment,
 	// the volume's own tunables and its link. Nothing of the cache device is the volume's.
-	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib, Active: true, Tags: v.LogicalVolumeTag()}
-	o.Backing = blockdev.Device{Path: "/dev/fcp-worker-1/fc-mysql-0", DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib, Rotational: true}
+	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib + 4<<20, Active: true, Tags: v.LogicalVolumeTag()}
+	o.Backing = blockdev.Device{Path: "/dev/fcp-worker-1/fc-mysql-0", DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib + 4<<20, Rotational: true}
 	steps, err = Plan(v, o, Desired{})
 	if err != nil {
 		t.Fatal(err)
@@ -271,12 +271,12 @@ func TestACarvedVolumeGrowsWhileNothingUsesIt(t *testing.T) {
 	v := carvedVolume(&p)
 	v.Spec.Pool.Size = resource.MustParse("2Gi")
 	o := carvedReady(p)
-	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib, Active: true, Tags: v.LogicalVolumeTag()}
-	o.Backing = blockdev.Device{Path: o.LV.Path, DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib, Rotational: true, Holders: []string{"bcache1"}}
+	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib + 4<<20, Active: true, Tags: v.LogicalVolumeTag()}
+	o.Backing = blockdev.Device{Path: o.LV.Path, DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib + 4<<20, Rotational: true, Holders: []string{"bcache1"}}
 	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
 	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
 	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/dm-0/bcache", Device: "bcache1", AttachedSet: "set-1"}
-	o.BcacheSizeBytes = gib - 2<<20
+	o.BcacheSizeBytes = gib + 2<<20
 
 	o.BcacheInUse = true
 	if steps, err := Plan(v, o, Desired{}); err != nil || strings.Contains(kinds(steps), "extend") || strings.Contains(kinds(steps), "restart") {
@@ -284,16 +284,32 @@ func TestACarvedVolumeGrowsWhileNothingUsesIt(t *testing.T) {
 	}
 	o.BcacheInUse = false
 	steps, err := Plan(v, o, Desired{})
-	if err != nil || len(steps) != 1 || steps[0].Kind != StepExtendLV || steps[0].Value != "2147483648" {
+	if err != nil || len(steps) != 1 || steps[0].Kind != StepExtendLV || steps[0].Value != "2151677952" {
 		t.Fatalf("not in use: steps %v, err %v; want the logical volume extended first", steps, err)
 	}
-	o.LV.SizeBytes, o.Backing.SizeBytes = 2*gib, 2*gib
+	o.LV.SizeBytes, o.Backing.SizeBytes = 2*gib+4<<20, 2*gib+4<<20
 	steps, err = Plan(v, o, Desired{})
 	if err != nil || len(steps) == 0 || steps[0].Kind != StepRestartBacking || !strings.HasPrefix(kinds(steps[1:]), "set-tunable") {
 		t.Fatalf("extended: steps %s, err %v; want the bcache device registered again, then its tunables", kinds(steps), err)
 	}
-	o.BcacheSizeBytes = 2*gib - 2<<20
+	o.BcacheSizeBytes = 2*gib + 2<<20
 	if steps, _ := Plan(v, o, Desired{}); strings.Contains(kinds(steps), "restart") {
 		t.Errorf("grown: steps %s, want no restart", kinds(steps))
+	}
+}
+
+// A carved volume's logical volume holds bcache's header before the size asked for, in whole
+// extents, and the largest volume said to fit in a pool's free space does fit.
+func TestCarvedVolumesHoldTheirSizeAfterBcachesHeader(t *testing.T) {
+	for size, want := range map[int64]int64{64 << 20: 68 << 20, 62 << 20: 64 << 20, gib: gib + 4<<20} {
+		if got := CarvedBackingBytes(size); got != want {
+			t.Errorf("CarvedBackingBytes(%d) = %d, want %d", size, got, want)
+		}
+	}
+	for free := int64(0); free < 80<<20; free += 1 << 20 {
+		largest := LargestCarvedVolume(free)
+		if largest%PoolExtentBytes != 0 || (largest > 0 && CarvedBackingBytes(largest) > free) || CarvedBackingBytes(largest+PoolExtentBytes) <= free {
+			t.Errorf("LargestCarvedVolume(%d) = %d", free, largest)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
@@ -166,15 +167,16 @@ func testPoolBuild(t *testing.T, g *guest) {
 			t.Fatalf("%s: %s", want.name, r)
 		}
 		lv := g.sh(t, "lvs --noheadings --units b --nosuffix -o lv_size,lv_tags fcp-db/fc-"+want.name)
-		if lf := strings.Fields(lv); len(lf) != 2 || lf[0] != strconv.FormatInt(want.size, 10) || lf[1] != "flashcache.io/volume="+want.name {
+		if lf := strings.Fields(lv); len(lf) != 2 || lf[0] != strconv.FormatInt(engine.CarvedBackingBytes(want.size), 10) || lf[1] != "flashcache.io/volume="+want.name {
 			t.Errorf("%s: logical volume %q", want.name, lv)
 		}
 		dev := g.sh(t, "basename $(readlink -f /dev/flashcache/"+want.name+")")
 		if got := g.sh(t, "cat /sys/block/"+dev+"/bcache/writeback_percent"); got != want.percent {
 			t.Errorf("%s: writeback_percent %s, want %s", want.name, got, want.percent)
 		}
-		if v.Status.CapacityBytes > want.size || v.Status.CapacityBytes < want.size-4<<20 {
-			t.Errorf("%s: %d bytes for a %d-byte logical volume", want.name, v.Status.CapacityBytes, want.size)
+		// The device holds the size asked for: bcache's header is the logical volume's extra.
+		if v.Status.CapacityBytes < want.size || v.Status.CapacityBytes >= want.size+4<<20 {
+			t.Errorf("%s: %d bytes for a pool.size of %d", want.name, v.Status.CapacityBytes, want.size)
 		}
 	}
 	// The apply's report has the pool as it was before its volumes; status reads it again.
@@ -182,7 +184,7 @@ func testPoolBuild(t *testing.T, g *guest) {
 	if code != 0 || len(r.Pools) != 1 || r.Pools[0].Status == nil {
 		t.Fatalf("status: exit %d, %+v", code, r.Pools)
 	}
-	if st := r.Pools[0].Status; st.Volumes != 2 || st.AllocatableBytes != st.CapacityBytes-(256+128)<<20 {
+	if st := r.Pools[0].Status; st.Volumes != 2 || st.AllocatableBytes != st.CapacityBytes-(260+132)<<20 {
 		t.Errorf("pool status %+v after two volumes of 256 and 128 MiB", *st)
 	}
 
@@ -288,7 +290,7 @@ func testCarvedVolumeGrowsWhenNotInUse(t *testing.T, g *guest) {
 		t.Fatalf("grown while unused: exit %d\n%s%s", code, r, stderr)
 	}
 	t.Logf("grown in steps: %s", r.steps(1))
-	if after := size(); after < 188<<20 || after > 192<<20 {
+	if after := size(); after < 192<<20 || after >= 196<<20 {
 		t.Errorf("carved-b is %d bytes after growing to 192 MiB (was %d)", after, before)
 	}
 	if r.Volumes[1].Status == nil || r.Volumes[1].Status.CacheMode != "writeback" {
@@ -301,6 +303,8 @@ func testCarvedVolumeGrowsWhenNotInUse(t *testing.T, g *guest) {
 }
 
 func testCarvedVolumeTeardownGivesItsSpaceBack(t *testing.T, g *guest) {
+	// A filesystem on carved-a, for the volume carved next on its extents not to show.
+	g.sh(t, "mkfs.ext4 -q -F /dev/flashcache/carved-a")
 	before := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_free fcp-db")
 	r, code, stderr := g.node(t, "teardown", "pool.yaml", "--volume", "carved-a", "--confirm")
 	if code != 0 || len(r.Pools) != 0 || r.Volumes[0].Teardown == nil || !r.Volumes[0].Teardown.Changed {
@@ -313,12 +317,37 @@ func testCarvedVolumeTeardownGivesItsSpaceBack(t *testing.T, g *guest) {
 	after := g.sh(t, "vgs --noheadings --units b --nosuffix -o vg_free fcp-db")
 	b, _ := strconv.ParseInt(strings.TrimSpace(before), 10, 64)
 	a, _ := strconv.ParseInt(strings.TrimSpace(after), 10, 64)
-	if a-b != 256<<20 {
-		t.Errorf("free space %d -> %d: want carved-a's 256 MiB back", b, a)
+	if a-b != engine.CarvedBackingBytes(256<<20) {
+		t.Errorf("free space %d -> %d: want carved-a's logical volume back", b, a)
 	}
 	// The pool's cache set still serves carved-b, with its data.
 	g.sh(t, "echo 3 > /proc/sys/vm/drop_caches; test \"$(dd if=/dev/flashcache/carved-b bs=1M count=32 iflag=direct status=none | sha256sum)\" = \"$(cat /root/carved-b.sum)\"")
 	g.sh(t, "test ! -e /dev/flashcache/carved-a")
+
+	// A volume carved on the same extents is blank: nothing of carved-a's filesystem shows
+	// through it, to be taken for its own and mounted.
+	g.poolFile(t, "carved-c.yaml", []vmharness.Disk{poolHDD1, poolHDD2}, `---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: carved-c}
+spec:
+  nodeName: vm
+  pool: {name: db, size: 256Mi}
+  flushPeriod: 0s
+  safety: {trustWriteCache: true}
+`)
+	if r, code, stderr := g.node(t, "apply", "carved-c.yaml"); code != 0 {
+		t.Fatalf("apply of carved-c: exit %d\n%s%s", code, r, stderr)
+	}
+	if extents := g.sh(t, "lvs --noheadings -o seg_pe_ranges fcp-db/fc-carved-c"); !strings.Contains(extents, ":0-") {
+		t.Errorf("carved-c is on extents %q, not carved-a's first ones", extents)
+	}
+	if sigs := g.sh(t, "wipefs --no-act --noheadings /dev/flashcache/carved-c; blkid -p /dev/flashcache/carved-c || true"); sigs != "" {
+		t.Errorf("a new volume on carved-a's extents shows %q", sigs)
+	}
+	if r, code, stderr := g.node(t, "teardown", "carved-c.yaml", "--volume", "carved-c", "--confirm"); code != 0 {
+		t.Fatalf("teardown of carved-c: exit %d\n%s%s", code, r, stderr)
+	}
 }
 
 func testPoolTeardown(t *testing.T, g *guest) {
