@@ -96,7 +96,9 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"); err != nil {
 		t.Fatal(err)
 	}
-	operator := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir})
+	// The operator serves the CSI controller too, for csi-sanity (CSISanityOnAPool).
+	controllerSocket := filepath.Join(dir, "csi-controller.sock")
+	operator := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir, CSIEndpoint: "unix://" + controllerSocket})
 	webhookPort := operator.WebhookPort
 
 	sh := func(t *testing.T, cmd string) string { t.Helper(); return guest(t, ctx, vm, cmd) }
@@ -117,8 +119,9 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 	startAgent := func(t *testing.T) {
 		t.Helper()
 		sh(t, fmt.Sprintf("setsid nohup flashcache agent --kubeconfig /root/agent.kubeconfig --node-name %s "+
-			"--flush-request-grace %s --heartbeat-namespace %s --heartbeat-interval %s >>/root/agent.log 2>&1 </dev/null &",
-			nodeName, requestGrace, chartNamespace, heartbeatInterval))
+			"--flush-request-grace %s --heartbeat-namespace %s --heartbeat-interval %s "+
+			"--csi-endpoint unix://%s --kubelet-registration-socket %s >>/root/agent.log 2>&1 </dev/null &",
+			nodeName, requestGrace, chartNamespace, heartbeatInterval, agentCSISocket, agentRegistrationSocket))
 	}
 	t.Cleanup(func() {
 		if t.Failed() && vm != nil {
@@ -601,6 +604,9 @@ spec:
 
 	// The disks are blank again: a pool of them, with two volumes carved from it.
 	t.Run("APoolAndItsCarvedVolumesThroughTheAgent", func(t *testing.T) { testPoolThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
+
+	// The disks are blank again: csi-sanity's volumes are carved from a pool of them.
+	t.Run("CSISanityOnAPool", func(t *testing.T) { testCSISanity(t, ctx, vm, k8s, kubectl, dir, controllerSocket, nvme, hdd) })
 
 	// The disks are blank again: the HDD becomes an iSCSI LUN behind the same NVMe.
 	t.Run("ISCSIBackingLUN", func(t *testing.T) { testISCSIThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })

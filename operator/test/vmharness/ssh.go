@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path"
 	"strings"
@@ -127,4 +128,21 @@ func (vm *VM) Stream(ctx context.Context, cmd string, stdout io.Writer) (int, er
 		err = fmt.Errorf("vmharness: %q exited %d: %s", cmd, code, strings.TrimSpace(errOut.String()))
 	}
 	return code, err
+}
+
+// DialUnix connects to a unix socket in the guest through the SSH connection (OpenSSH's
+// streamlocal forwarding), as a client on the host would reach a server that listens only
+// inside the guest, such as the agent's CSI node socket.
+func (vm *VM) DialUnix(ctx context.Context, path string) (net.Conn, error) {
+	vm.mu.Lock()
+	client := vm.client
+	vm.mu.Unlock()
+	if client == nil {
+		return nil, errors.New("vmharness: not connected (the VM is stopped)")
+	}
+	conn, err := client.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("vmharness: connecting to %s in the guest: %w", path, err)
+	}
+	return conn, nil
 }

@@ -30,6 +30,9 @@ type OperatorOptions struct {
 	// Metrics serves the operator's Prometheus metrics on a free loopback port (MetricsURL);
 	// without it the endpoint is off, as the end-to-end tests need nothing from it.
 	Metrics bool
+	// CSIEndpoint, when set, is the unix socket the operator serves the CSI controller on
+	// (--csi-endpoint), for a test that calls it as the provisioner would.
+	CSIEndpoint string
 }
 
 // Operator is a running operator process.
@@ -110,6 +113,9 @@ func (c *Cluster) StartOperator(t testing.TB, ctx context.Context, opts Operator
 		"--leader-elect", "--leader-election-namespace", opts.Namespace,
 		"--webhook-port", strconv.Itoa(port), "--webhook-namespace", opts.Namespace, "--agent-namespace", opts.Namespace,
 		"--webhook-dns-name", "localhost", "--webhook-cert-dir", filepath.Join(opts.Dir, "webhook-certs"))
+	if opts.CSIEndpoint != "" {
+		cmd.Args = append(cmd.Args, "--csi-endpoint", opts.CSIEndpoint)
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A test binary that dies (timeout, panic) must not leave an operator behind.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
