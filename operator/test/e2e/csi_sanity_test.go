@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"strings"
 	"testing"
@@ -16,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -64,24 +62,7 @@ func retryUnavailable(ctx context.Context, method string, req, reply any, cc *gr
 // on real LVM and bcache, staged and published on the guest's filesystem. The suite must pass
 // whole; afterwards no volume is left and the pool's teardown leaves blank disks.
 func testCSISanity(t *testing.T, ctx context.Context, vm *vmharness.VM, k8s client.Client, kubectl *testenv.Kubectl, dir, controllerSocket string, nvme, hdd vmharness.Disk) {
-	apply(t, kubectl, dir, "sanity-pool.yaml", fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
-kind: FlashCachePool
-metadata: {name: %s}
-spec:
-  nodeName: %s
-  cacheDevice: {path: %s}
-  backingDevices:
-  - path: %s
-`, sanityPool, nodeName, nvme.ByID(), hdd.ByID()))
-	eventually(t, ctx, 3*time.Minute, "the sanity pool provisioned", func(ctx context.Context) (string, bool, error) {
-		var p fcv1.FlashCachePool
-		if err := k8s.Get(ctx, types.NamespacedName{Name: sanityPool}, &p); err != nil {
-			return "", false, err
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, fcv1.ConditionProvisioned)
-		return fmt.Sprintf("%s %+v", p.Status.Phase, c), c != nil && c.Status == "True" && p.Status.Phase == fcv1.PoolPhaseReady, nil
-	})
-
+	applyPool(t, ctx, k8s, kubectl, dir, sanityPool, nvme, hdd)
 	t.Cleanup(func() {
 		if t.Failed() {
 			if out, err := vm.Output(context.Background(), "dmesg | tail -n 60"); err == nil {

@@ -44,24 +44,7 @@ spec:
 		c := meta.FindStatusCondition(f.Status.Conditions, fcv1.ConditionProvisioned)
 		return c != nil && c.Status == "False" && strings.Contains(c.Message, "e2e-pool")
 	})
-	apply(t, kubectl, dir, "pool.yaml", fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
-kind: FlashCachePool
-metadata: {name: e2e-pool}
-spec:
-  nodeName: %s
-  cacheDevice: {path: %s}
-  backingDevices:
-  - path: %s
-`, nodeName, nvme.ByID(), hdd.ByID()))
-
-	pool := eventually(t, ctx, 3*time.Minute, "the pool provisioned with its capacity", func(ctx context.Context) (*fcv1.FlashCachePool, bool, error) {
-		var p fcv1.FlashCachePool
-		if err := k8s.Get(ctx, types.NamespacedName{Name: "e2e-pool"}, &p); err != nil {
-			return nil, false, err
-		}
-		c := meta.FindStatusCondition(p.Status.Conditions, fcv1.ConditionProvisioned)
-		return &p, c != nil && c.Status == "True" && p.Status.Phase == fcv1.PoolPhaseReady && p.Status.Capacity != nil, nil
-	})
+	pool := applyPool(t, ctx, k8s, kubectl, dir, "e2e-pool", nvme, hdd)
 	if pool.Status.CacheSetUUID == "" || pool.Status.VolumeGroup != "fcp-e2e-pool" || pool.Status.Capacity.Value() < hdd.Size*99/100 {
 		t.Errorf("pool status: %+v", pool.Status)
 	}
@@ -117,4 +100,27 @@ spec:
 	if out := guest(t, ctx, vm, "wipefs --no-act --noheadings "+nvme.ByID()+" "+hdd.ByID()+"; ls /dev/flashcache/ 2>/dev/null || true"); out != "" {
 		t.Errorf("after the pool's teardown the node still has: %q", out)
 	}
+}
+
+// applyPool applies a FlashCachePool of the node's NVMe and HDD and waits until the agent has
+// built it and reported its capacity.
+func applyPool(t *testing.T, ctx context.Context, k8s client.Client, kubectl *testenv.Kubectl, dir, name string, nvme, hdd vmharness.Disk) *fcv1.FlashCachePool {
+	t.Helper()
+	apply(t, kubectl, dir, name+".yaml", fmt.Sprintf(`apiVersion: flashcache.io/v1alpha1
+kind: FlashCachePool
+metadata: {name: %s}
+spec:
+  nodeName: %s
+  cacheDevice: {path: %s}
+  backingDevices:
+  - path: %s
+`, name, nodeName, nvme.ByID(), hdd.ByID()))
+	return eventually(t, ctx, 3*time.Minute, "pool "+name+" provisioned with its capacity", func(ctx context.Context) (*fcv1.FlashCachePool, bool, error) {
+		var p fcv1.FlashCachePool
+		if err := k8s.Get(ctx, types.NamespacedName{Name: name}, &p); err != nil {
+			return nil, false, err
+		}
+		c := meta.FindStatusCondition(p.Status.Conditions, fcv1.ConditionProvisioned)
+		return &p, c != nil && c.Status == "True" && p.Status.Phase == fcv1.PoolPhaseReady && p.Status.Capacity != nil, nil
+	})
 }
