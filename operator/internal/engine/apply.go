@@ -122,7 +122,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		if o.LV != nil && o.LV.SizeBytes < CarvedBackingBytes(v.Spec.Pool.Size.Value()) && o.BackingReg != nil {
 			res.Warnings = append(res.Warnings, fmt.Sprintf("pool.size %s is more than the volume's %s: it grows once nothing uses /dev/%s "+
 				"(no mount, no holder): bcache takes a new size only when the device is registered again",
-				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes-safety.BackingDataOffsetSectors*sectorSize), o.BackingReg.Device))
+				humanSize(v.Spec.Pool.Size.Value()), humanSize(o.LV.SizeBytes-backingDataOffsetBytes), o.BackingReg.Device))
 		}
 	}
 	if o.Cache.DiscardMaxBytes == 0 {
@@ -540,11 +540,10 @@ const staleSignatureWindow = 1 << 20
 // The rest of the old bytes are not erased (as with any thick LVM volume); a filesystem made on
 // the device does not show them.
 func (e *Engine) clearStaleSignatures(ctx context.Context, lv blockdev.Device) error {
-	data := int64(safety.BackingDataOffsetSectors * sectorSize)
-	if lv.SizeBytes < data+2*staleSignatureWindow {
+	if lv.SizeBytes < backingDataOffsetBytes+2*staleSignatureWindow {
 		return fmt.Errorf("%s is %d bytes, too small for a carved volume", lv.DevPath, lv.SizeBytes)
 	}
-	for _, offset := range []int64{data, lv.SizeBytes - staleSignatureWindow} {
+	for _, offset := range []int64{backingDataOffsetBytes, lv.SizeBytes - staleSignatureWindow} {
 		if err := e.Run.ZeroRange(ctx, lv.DevPath, offset, staleSignatureWindow); err != nil {
 			return fmt.Errorf("zeroing what a deleted volume left in %s: %w", lv.DevPath, err)
 		}

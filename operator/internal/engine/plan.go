@@ -120,6 +120,9 @@ const (
 const (
 	sectorSize   = 512
 	alignSectors = (1 << 20) / sectorSize // 1 MiB
+	// backingDataOffsetBytes is where a backing device's data starts: bcache's superblock and the
+	// durability check's scratch region come before it.
+	backingDataOffsetBytes = safety.BackingDataOffsetSectors * sectorSize
 	// gptBackupSectors is what the backup GPT takes at the end of the disk.
 	gptBackupSectors = 34
 	// minCachePartition is well above what make-bcache needs for its buckets and journal.
@@ -336,10 +339,10 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 		return nil, &Refusal{Reason: ReasonForeignCacheSet, Field: "pool.name",
 			Message: fmt.Sprintf("%s is attached to cache set %s, not to pool %s's cache set %s", lvPath, o.BackingReg.AttachedSet, p.Name, set)}
 	}
-	if backingOurs && o.BcacheSizeBytes > 0 && o.BcacheSizeBytes+safety.BackingDataOffsetSectors*sectorSize < o.LV.SizeBytes && !o.BcacheInUse {
+	if backingOurs && o.BcacheSizeBytes > 0 && o.BcacheSizeBytes+backingDataOffsetBytes < o.LV.SizeBytes && !o.BcacheInUse {
 		// Before the tunables: a new registration starts them from bcache's defaults.
 		steps = append(steps, Step{Kind: StepRestartBacking, Device: bcacheDev, From: humanSize(o.BcacheSizeBytes),
-			Value: humanSize(o.LV.SizeBytes - safety.BackingDataOffsetSectors*sectorSize)})
+			Value: humanSize(o.LV.SizeBytes - backingDataOffsetBytes)})
 	}
 	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
 	return append(steps, linkStep(v, o, bcacheDev)...), nil

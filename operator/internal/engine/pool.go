@@ -8,7 +8,6 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
-	"github.com/flashcache/flashcache/operator/internal/safety"
 )
 
 // Pool is one FlashCachePool as the engine sees it: the SSD becomes one cache set and the slow
@@ -39,7 +38,7 @@ const PoolExtentBytes = 4 << 20
 // bcache's data offset (its superblock and the safety check's scratch region) before the data,
 // rounded up to whole extents, so that the volume's device holds at least the size asked for.
 func CarvedBackingBytes(size int64) int64 {
-	want := size + safety.BackingDataOffsetSectors*sectorSize
+	want := size + backingDataOffsetBytes
 	return (want + PoolExtentBytes - 1) / PoolExtentBytes * PoolExtentBytes
 }
 
@@ -47,7 +46,7 @@ func CarvedBackingBytes(size int64) int64 {
 // bytes of a pool.
 func LargestCarvedVolume(free int64) int64 {
 	extents := free / PoolExtentBytes * PoolExtentBytes
-	return max(0, (extents-safety.BackingDataOffsetSectors*sectorSize)/PoolExtentBytes*PoolExtentBytes)
+	return max(0, (extents-backingDataOffsetBytes)/PoolExtentBytes*PoolExtentBytes)
 }
 
 // Steps of a pool's slow disks.

@@ -62,12 +62,20 @@ func (vm *VM) CopyFile(ctx context.Context, localPath, remotePath string, mode o
 	return nil
 }
 
-func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+// sshClient is the connection to the running guest.
+func (vm *VM) sshClient() (*ssh.Client, error) {
 	vm.mu.Lock()
-	client := vm.client
-	vm.mu.Unlock()
-	if client == nil {
-		return -1, errors.New("vmharness: not connected (the VM is stopped)")
+	defer vm.mu.Unlock()
+	if vm.client == nil {
+		return nil, errors.New("vmharness: not connected (the VM is stopped)")
+	}
+	return vm.client, nil
+}
+
+func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stderr io.Writer) (int, error) {
+	client, err := vm.sshClient()
+	if err != nil {
+		return -1, err
 	}
 	session, err := client.NewSession()
 	if err != nil {
@@ -134,11 +142,9 @@ func (vm *VM) Stream(ctx context.Context, cmd string, stdout io.Writer) (int, er
 // streamlocal forwarding), as a client on the host would reach a server that listens only
 // inside the guest, such as the agent's CSI node socket.
 func (vm *VM) DialUnix(ctx context.Context, path string) (net.Conn, error) {
-	vm.mu.Lock()
-	client := vm.client
-	vm.mu.Unlock()
-	if client == nil {
-		return nil, errors.New("vmharness: not connected (the VM is stopped)")
+	client, err := vm.sshClient()
+	if err != nil {
+		return nil, err
 	}
 	conn, err := client.DialContext(ctx, "unix", path)
 	if err != nil {
