@@ -142,7 +142,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	unlock, err := engine.Lock(ctx, v, lockWait)
 	if err != nil {
 		if errors.Is(err, engine.ErrBusy) {
-			st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonBusy, err.Error())
+			if !st.fromBusy(&fcv, err) {
+				return ctrl.Result{RequeueAfter: retryBusy}, nil
+			}
 			return ctrl.Result{RequeueAfter: retryBusy}, r.applyStatus(ctx, &fcv, st, false)
 		}
 		return r.failed(ctx, &fcv, st, "lock", err)

@@ -175,3 +175,30 @@ func TestAFailureReadFromAStaleObjectKeepsABuiltVolumeProvisioned(t *testing.T) 
 		}
 	}
 }
+
+func TestABusyLockKeepsABuiltVolumeProvisioned(t *testing.T) {
+	busy := engine.ErrBusy
+	for name, tc := range map[string]struct {
+		read    *metav1.Condition
+		reports bool
+	}{
+		"built":         {&metav1.Condition{Type: fcv1.ConditionProvisioned, Status: metav1.ConditionTrue, Reason: fcv1.ReasonProvisioned}, false},
+		"being built":   {&metav1.Condition{Type: fcv1.ConditionProvisioned, Status: metav1.ConditionFalse, Reason: fcv1.ReasonProvisioning}, true},
+		"not yet begun": {nil, true},
+	} {
+		fcv := &fcv1.FlashCacheVolume{}
+		if tc.read != nil {
+			fcv.Status.Conditions = []metav1.Condition{*tc.read}
+		}
+		st := newReport(fcv, time.Now())
+		if got := st.fromBusy(fcv, busy); got != tc.reports {
+			t.Errorf("%s: fromBusy = %v, want %v", name, got, tc.reports)
+		}
+		if tc.reports && (st.provisioned == nil || st.provisioned.Reason != fcv1.ReasonBusy || st.provisioned.Status != metav1.ConditionFalse) {
+			t.Errorf("%s: Provisioned %+v, want False/Busy", name, st.provisioned)
+		}
+		if !tc.reports && st.provisioned != nil && st.provisioned.Status != metav1.ConditionTrue {
+			t.Errorf("%s: Provisioned %+v, want it kept True", name, st.provisioned)
+		}
+	}
+}

@@ -84,6 +84,19 @@ func (st *report) fromError(fcv *fcv1.FlashCacheVolume, reason string, err error
 	}
 }
 
+// fromBusy says on Provisioned that another run holds the volume's disks, while the volume is
+// being built, and reports whether it did. A built volume stays Provisioned: another run (the
+// pool's, a drain's flush) holds the disks for seconds, and the node service stages only a
+// Provisioned volume, so a Busy there kept a claim's pod from starting for minutes of the
+// kubelet's back-off.
+func (st *report) fromBusy(fcv *fcv1.FlashCacheVolume, err error) bool {
+	if p := meta.FindStatusCondition(fcv.Status.Conditions, fcv1.ConditionProvisioned); p != nil && p.Status == metav1.ConditionTrue {
+		return false
+	}
+	st.provisioned = condition(fcv1.ConditionProvisioned, metav1.ConditionFalse, fcv1.ReasonBusy, err.Error())
+	return true
+}
+
 // fromPass says on Flushing that a flush pass runs, unless a drain's flush already does.
 func (st *report) fromPass(p *engine.PassReport, s *engine.Status) {
 	if p == nil || !p.Active || s.Held {

@@ -85,8 +85,39 @@ func Inspect(path string) (Device, error) {
 	if fi.Mode()&os.ModeDevice == 0 || fi.Mode()&os.ModeCharDevice != 0 {
 		return Device{}, fmt.Errorf("%s (%s) is not a block device", path, real)
 	}
-	name := filepath.Base(real)
+	name, err := kernelName(path, fi)
+	if err != nil {
+		return Device{}, err
+	}
 	return inspectName(path, name)
+}
+
+// kernelName is the kernel's name of the block device node fi, found by its major:minor: the
+// node's own name need not be it. Without udev (the agent's container), LVM makes its volumes'
+// nodes itself, /dev/<vg>/<lv> linking to /dev/mapper/<vg>-<lv>, where sysfs knows only dm-N.
+func kernelName(path string, fi os.FileInfo) (string, error) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return "", fmt.Errorf("%s: no device number", path)
+	}
+	id := fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	name, err := nameOfNumber(id)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return name, nil
+}
+
+// nameOfNumber is the kernel's name of the block device numbered id (major:minor), from sysfs.
+func nameOfNumber(id string) (string, error) {
+	link, err := filepath.EvalSymlinks(filepath.Join(SysDevBlock, id))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("no block device %s in %s: %w", id, SysDevBlock, ErrNotFound)
+		}
+		return "", fmt.Errorf("resolving block device %s: %w", id, err)
+	}
+	return filepath.Base(link), nil
 }
 
 // InspectName reads sysfs for a kernel device name such as nvme0n1p1 or bcache0.
@@ -204,7 +235,7 @@ func RootDisks() ([]string, error) {
 	if rootID == "" {
 		return nil, fmt.Errorf("no root filesystem in %s", HostMountInfo)
 	}
-	link, err := filepath.EvalSymlinks(filepath.Join(SysDevBlock, rootID))
+	rootName, err := nameOfNumber(rootID)
 	if err != nil {
 		// A root on a filesystem without a block device (tmpfs, overlay, 9p) has no disk.
 		return nil, nil
@@ -232,7 +263,7 @@ func RootDisks() ([]string, error) {
 			walk(s, depth+1)
 		}
 	}
-	walk(filepath.Base(link), 0)
+	walk(rootName, 0)
 	out := make([]string, 0, len(disks))
 	for d := range disks {
 		out = append(out, d)

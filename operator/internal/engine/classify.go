@@ -44,11 +44,13 @@ func Classify(err error) ErrorClass {
 		return ErrorClass{Reason: fcv1.ReasonISCSISessionLost, Field: "backingDevice.iscsi", Retry: RetrySoon}
 	case errors.As(err, &cacheLost):
 		// Before a missing device, which it wraps: the reason says what became of dirty data.
-		return ErrorClass{Reason: cacheLost.Reason(), Field: "cacheDevice.path", Retry: RetryWhenFixedElsewhere, Status: cacheLost.Status}
+		return ErrorClass{Reason: cacheLost.Reason(), Field: cacheLost.field(), Retry: RetryWhenFixedElsewhere, Status: cacheLost.Status}
 	case errors.As(err, &backingFailed):
 		return ErrorClass{Reason: fcv1.ReasonBackingDeviceErrors, Field: "backingDevice.path", Retry: RetryWhenFixedElsewhere, Status: backingFailed.Status}
-	case errors.As(err, &refusal) && (refusal.Reason == ReasonPoolNotReady || refusal.Reason == ReasonPoolFull):
-		// The pool's build, or a volume deleted from it, changes this; not the volume's spec.
+	case errors.As(err, &refusal) && (refusal.Reason == ReasonPoolNotReady || refusal.Reason == ReasonPoolFull ||
+		refusal.Reason == fcv1.ReasonCacheDeviceLost || refusal.Reason == fcv1.ReasonCacheDeviceErrors):
+		// The pool's build, a volume deleted from it, or its SSD back or replaced changes this;
+		// not the volume's spec.
 		return ErrorClass{Reason: refusal.Reason, Field: refusal.Field, Retry: RetryWhenFixedElsewhere}
 	case errors.As(err, &refusal) && (refusal.Reason == fcv1.ReasonCHAPSecretUnreadable || refusal.Reason == fcv1.ReasonISCSILoginRefused):
 		// A front end may read Secrets without watching them: a corrected one is noticed by trying again.

@@ -18,6 +18,11 @@ import (
 // means for the data depends on whether bcache had dirty data on it, which the message says.
 type CacheLostError struct {
 	Path string
+	// Field is the spec field that names the device: pool.name for a volume carved from a
+	// pool, whose cache set the pool's other volumes share; cacheDevice.path when empty.
+	Field string
+	// Pool is the pool of a carved volume.
+	Pool string
 	// Status is the bcache device's, when the backing device is registered.
 	Status *Status
 	// DirtyOnDisk: the backing superblock says dirty, so writes acknowledged from the cache
@@ -68,33 +73,56 @@ func (e *CacheLostError) Reason() string {
 	return fcv1.ReasonCacheDeviceLost
 }
 
-const replaceHint = "Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data"
+// field is the spec field the condition names.
+func (e *CacheLostError) field() string {
+	if e.Field == "" {
+		return "cacheDevice.path"
+	}
+	return e.Field
+}
+
+// device names the lost device in messages: a carved volume's is its pool's.
+func (e *CacheLostError) device() string {
+	if e.Pool != "" {
+		return fmt.Sprintf("%s: pool %s's cache device %s", e.field(), e.Pool, e.Path)
+	}
+	return e.field() + ": " + e.Path
+}
+
+// replaceHint says how to give the volume a new cache device.
+func (e *CacheLostError) replaceHint() string {
+	if e.Pool != "" {
+		return fmt.Sprintf("Name a new blank device in pool %s's cacheDevice.path: it becomes the pool's cache set, and each clean volume "+
+			"of the pool is attached to it without touching its data", e.Pool)
+	}
+	return "Name a new blank device in cacheDevice.path: it is partitioned and attached without touching the data"
+}
 
 func (e *CacheLostError) Error() string {
 	switch {
 	case e.attached() && e.Dirty():
-		return fmt.Sprintf("cacheDevice.path: %s %s with %s of dirty data on it: those writes exist only on the lost device. "+
+		return fmt.Sprintf("%s %s with %s of dirty data on it: those writes exist only on the lost device. "+
 			"Reads of that data fail rather than return stale blocks, and when bcache fails the cache set (at its I/O error limit, %s) "+
 			"it stops /dev/%s (stop_when_cache_set_failed=auto); flashcache will not start it by force. If the device comes back, "+
-			"the data comes back with it", e.Path, e.gone(), units.Bytes(e.Status.DirtyBytes), cacheIOErrorLimit, e.Status.Device)
+			"the data comes back with it", e.device(), e.gone(), units.Bytes(e.Status.DirtyBytes), cacheIOErrorLimit, e.Status.Device)
 	case e.attached():
-		return fmt.Sprintf("cacheDevice.path: %s %s; no dirty data was on it. bcache has not noticed yet: "+
-			"an apply detaches the lost cache, and /dev/%s then serves from the backing disk alone, uncached. %s", e.Path, e.gone(), e.Status.Device, replaceHint)
+		return fmt.Sprintf("%s %s; no dirty data was on it. bcache has not noticed yet: "+
+			"an apply detaches the lost cache, and /dev/%s then serves from the backing disk alone, uncached. %s", e.device(), e.gone(), e.Status.Device, e.replaceHint())
 	case e.Running() && e.Accepted && e.SuperblockState == "inconsistent":
-		return fmt.Sprintf("cacheDevice.path: %s %s and its loss was accepted (%s): /dev/%s serves the backing disk alone, uncached, "+
+		return fmt.Sprintf("%s %s and its loss was accepted (%s): /dev/%s serves the backing disk alone, uncached, "+
 			"without the writes that were only on the lost device; check the data above it (database recovery, fsck). %s",
-			e.Path, e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Status.Device, replaceHint)
+			e.device(), e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Status.Device, e.replaceHint())
 	case e.Running():
-		return fmt.Sprintf("cacheDevice.path: %s %s; no dirty data was on it, and /dev/%s serves from the backing disk alone, uncached. %s",
-			e.Path, e.gone(), e.Status.Device, replaceHint)
+		return fmt.Sprintf("%s %s; no dirty data was on it, and /dev/%s serves from the backing disk alone, uncached. %s",
+			e.device(), e.gone(), e.Status.Device, e.replaceHint())
 	case e.Dirty():
-		return fmt.Sprintf("cacheDevice.path: %s %s and the backing disk's superblock says dirty: writes acknowledged from the cache "+
+		return fmt.Sprintf("%s %s and the backing disk's superblock says dirty: writes acknowledged from the cache "+
 			"exist only on the lost device, so the volume is not started (starting it would serve stale blocks silently). "+
 			"If the device comes back, the data comes back with it. If it cannot, accept the loss by annotating the volume "+
-			"%s=%s: it then runs uncached, without those writes", e.Path, e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Path)
+			"%s=%s: it then runs uncached, without those writes", e.device(), e.gone(), fcv1.AnnotationAcceptCacheLoss, e.Path)
 	default:
-		return fmt.Sprintf("cacheDevice.path: %s %s; the backing disk is clean and holds every write, and an apply starts it "+
-			"without its cache. %s", e.Path, e.gone(), replaceHint)
+		return fmt.Sprintf("%s %s; the backing disk is clean and holds every write, and an apply starts it "+
+			"without its cache. %s", e.device(), e.gone(), e.replaceHint())
 	}
 }
 
@@ -116,9 +144,12 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 	if i := strings.IndexByte(state, '['); i >= 0 {
 		state = strings.Trim(state[i:], "[]")
 	}
-	lost := &CacheLostError{Path: v.CachePath(), missing: missing, backing: o, SuperblockState: state,
+	lost := &CacheLostError{Path: v.CachePath(), Field: v.cacheField(), missing: missing, backing: o, SuperblockState: state,
 		Failing:     errors.Is(missing, blockdev.ErrUnreadable),
 		DirtyOnDisk: state == "dirty", Accepted: v.AcceptedCacheLoss != "" && v.AcceptedCacheLoss == v.CachePath()}
+	if v.Carved() {
+		lost.Pool = v.Spec.Pool.Name
+	}
 	if o.BackingReg != nil {
 		lost.Status = statusOf(v, o)
 		lost.Status.Held = e.held(v)
@@ -172,6 +203,9 @@ func stepWithoutCache(lost *CacheLostError) (Step, bool) {
 func (e *Engine) executeWithoutCache(ctx context.Context, v Volume, o *Observation, s Step) error {
 	switch s.Kind {
 	case StepDetachLostCache:
+		if v.Carved() {
+			return e.leaveSharedSet(ctx, o, s.Value)
+		}
 		if err := blockdev.SetKnob(filepath.Join(blockdev.SysFsBcache, s.Value), "unregister", "1"); err != nil {
 			return err
 		}
@@ -202,6 +236,23 @@ func (e *Engine) executeWithoutCache(ctx context.Context, v Volume, o *Observati
 		return linkAtomically("/dev/"+dev, v.StablePath())
 	}
 	return fmt.Errorf("%s is not a step for a volume without its cache", s.Kind)
+}
+
+// leaveSharedSet detaches one clean backing device from a pool's cache set whose cache device
+// is gone. Unregistering the set, as a volume on whole devices does, would detach every volume
+// of the pool, the dirty ones too, and a detach ends by writing the backing superblock clean:
+// for a volume whose dirty data is on the lost device, that must not happen. The set stays for
+// bcache to fail itself (on kernel 6.1 at once, when this detach's write of the set's uuid table
+// fails; else at its I/O error limit), which stops the dirty volumes
+// (stop_when_cache_set_failed=auto) with their superblocks still dirty.
+func (e *Engine) leaveSharedSet(ctx context.Context, o *Observation, set string) error {
+	if err := blockdev.SetKnob(o.BackingReg.Sysfs, "detach", "1"); err != nil {
+		return err
+	}
+	return e.waitUntil(ctx, o.Backing.DevPath+" to detach from cache set "+set+", whose cache device is gone", func() (bool, error) {
+		reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+		return reg == nil || reg.AttachedSet == "", err
+	})
 }
 
 // BackingFailedError: the backing disk is offline, so the kernel rejects every I/O to it (the

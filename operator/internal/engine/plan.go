@@ -335,6 +335,16 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 	switch {
 	case o.BackingReg == nil || o.BackingReg.AttachedSet == "":
 		steps = append(steps, Step{Kind: StepAttach, Device: bcacheDev, Value: set})
+	case o.BackingReg.AttachedSet != set && !o.AttachedCacheAlive && backingOurs:
+		// The pool has a new SSD for a lost one that bcache has not failed yet: the volume
+		// leaves the dead set first, and only if nothing dirty stays behind in it.
+		if dirty, _ := blockdev.ParseHumanSize(o.Knobs["dirty_data"]); dirty > 0 {
+			return nil, &Refusal{Reason: ReasonDirtyWithoutCache, Field: "pool.name",
+				Message: fmt.Sprintf("%s has %s of dirty data in cache set %s, whose cache device is gone; pool %s's new cache would lose it",
+					lvPath, o.Knobs["dirty_data"], o.BackingReg.AttachedSet, p.Name)}
+		}
+		steps = append(steps, Step{Kind: StepDetachLostCache, Device: bcacheDev, Value: o.BackingReg.AttachedSet},
+			Step{Kind: StepAttach, Device: bcacheDev, Value: set})
 	case o.BackingReg.AttachedSet != set:
 		return nil, &Refusal{Reason: ReasonForeignCacheSet, Field: "pool.name",
 			Message: fmt.Sprintf("%s is attached to cache set %s, not to pool %s's cache set %s", lvPath, o.BackingReg.AttachedSet, p.Name, set)}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -93,7 +94,13 @@ func (e *Engine) ObservePool(ctx context.Context, p Pool) (*PoolObservation, err
 		return nil, err
 	}
 	if o.Cache, err = blockdev.Inspect(p.Spec.CacheDevice.Path); err != nil {
+		if errors.Is(err, blockdev.ErrNotFound) {
+			return nil, poolCacheLost(p, fcv1.ReasonCacheDeviceLost, "is gone")
+		}
 		return nil, fmt.Errorf("cacheDevice.path: %w", err)
+	}
+	if err := blockdev.ReadProbe(o.Cache.DevPath); errors.Is(err, blockdev.ErrUnreadable) {
+		return nil, poolCacheLost(p, fcv1.ReasonCacheDeviceErrors, "is failing (reading it returns I/O errors)")
 	}
 	if err := e.observeCacheSide(ctx, &o.CacheSide); err != nil {
 		return nil, err
@@ -136,6 +143,16 @@ func (e *Engine) ObservePool(ctx context.Context, p Pool) (*PoolObservation, err
 		}
 	}
 	return o, nil
+}
+
+// poolCacheLost reports a pool whose SSD is gone or failing. What that means differs per volume
+// (whether it had dirty data), so each carved volume's status says it.
+func poolCacheLost(p Pool, reason, what string) error {
+	return &Refusal{Reason: reason, Field: "cacheDevice.path",
+		Message: fmt.Sprintf("%s %s: every volume carved from pool %s lost its cache, and each one's status says whether dirty data was on it. "+
+			"Clean volumes serve from their logical volumes, uncached; dirty ones wait for the device to come back. "+
+			"To replace it, name a new blank device here: it becomes the pool's cache set, and each clean volume is attached to it",
+			p.Spec.CacheDevice.Path, what, p.Name)}
 }
 
 // cacheOurs says whether the cache partition is the pool's: named with its label.

@@ -207,6 +207,18 @@ func carvedReady(p Pool) *Observation {
 	return &Observation{RootDisks: po.RootDisks, CacheSide: po.CacheSide, PoolVG: po.VG}
 }
 
+// carvedBuilt is the built pool seen by v, a 1 GiB carved volume built and attached to set.
+func carvedBuilt(p Pool, v Volume, set string) *Observation {
+	o := carvedReady(p)
+	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib + 4<<20, Active: true, Tags: v.LogicalVolumeTag()}
+	o.Backing = blockdev.Device{Path: o.LV.Path, DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib + 4<<20, Rotational: true, Holders: []string{"bcache1"}}
+	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
+	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": set, "dev.uuid": "b-1"}}
+	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/dm-0/bcache", Device: "bcache1", AttachedSet: set}
+	o.BcacheSizeBytes = gib + 2<<20
+	return o
+}
+
 func TestACarvedVolumeIsALogicalVolumeOnThePoolsCacheSet(t *testing.T) {
 	p := testPool()
 	v := carvedVolume(&p)
@@ -270,13 +282,7 @@ func TestACarvedVolumeGrowsWhileNothingUsesIt(t *testing.T) {
 	p := testPool()
 	v := carvedVolume(&p)
 	v.Spec.Pool.Size = resource.MustParse("2Gi")
-	o := carvedReady(p)
-	o.LV = &blockdev.LogicalVolume{Name: "fc-mysql-0", Path: "/dev/fcp-worker-1/fc-mysql-0", SizeBytes: gib + 4<<20, Active: true, Tags: v.LogicalVolumeTag()}
-	o.Backing = blockdev.Device{Path: o.LV.Path, DevPath: "/dev/dm-0", Name: "dm-0", SizeBytes: gib + 4<<20, Rotational: true, Holders: []string{"bcache1"}}
-	o.BackingSigs = []blockdev.Signature{{Type: "bcache"}}
-	o.BackingSB = &blockdev.SuperBlock{Fields: map[string]string{"sb.version": "1 [backing device]", "dev.label": v.Label(), "cset.uuid": "set-1", "dev.uuid": "b-1"}}
-	o.BackingReg = &blockdev.BackingRegistration{Sysfs: "/sys/block/dm-0/bcache", Device: "bcache1", AttachedSet: "set-1"}
-	o.BcacheSizeBytes = gib + 2<<20
+	o := carvedBuilt(p, v, "set-1")
 
 	o.BcacheInUse = true
 	if steps, err := Plan(v, o, Desired{}); err != nil || strings.Contains(kinds(steps), "extend") || strings.Contains(kinds(steps), "restart") {
@@ -311,5 +317,43 @@ func TestCarvedVolumesHoldTheirSizeAfterBcachesHeader(t *testing.T) {
 		if largest%PoolExtentBytes != 0 || (largest > 0 && CarvedBackingBytes(largest) > free) || CarvedBackingBytes(largest+PoolExtentBytes) <= free {
 			t.Errorf("LargestCarvedVolume(%d) = %d", free, largest)
 		}
+	}
+}
+
+// The pool names a new SSD while a volume is still attached to the set of the lost one: a clean
+// volume leaves that set (alone: the set is the pool's other volumes' too) and joins the new one;
+// a dirty one is refused, its data being in the lost set.
+func TestACarvedVolumeMovesToThePoolsNewSSDOnlyWhenClean(t *testing.T) {
+	p := testPool()
+	v := carvedVolume(&p)
+	o := carvedBuilt(p, v, "set-old")
+	o.Knobs = map[string]string{"dirty_data": "0.0k"}
+
+	steps, err := Plan(v, o, Desired{})
+	if err != nil || !strings.HasPrefix(kinds(steps), "detach-lost-cache attach") || steps[0].Value != "set-old" || steps[1].Value != "set-1" {
+		t.Errorf("clean on the lost set: steps %s, err %v; want it detached from set-old, then attached to set-1", kinds(steps), err)
+	}
+	o.Knobs["dirty_data"] = "4.0M"
+	_, err = Plan(v, o, Desired{})
+	var r *Refusal
+	if !errors.As(err, &r) || r.Reason != ReasonDirtyWithoutCache || r.Field != "pool.name" || !strings.Contains(r.Message, "4.0M") {
+		t.Errorf("dirty on the lost set: %v", err)
+	}
+	o.AttachedCacheAlive = true
+	if _, err = Plan(v, o, Desired{}); !errors.As(err, &r) || r.Reason != ReasonForeignCacheSet {
+		t.Errorf("on another set whose SSD works: %v", err)
+	}
+}
+
+func TestALostPoolCacheNamesThePoolAndItsField(t *testing.T) {
+	lost := &CacheLostError{Path: "/dev/disk/by-id/nvme-pool", Field: "pool.name", Pool: "db", Status: &Status{Device: "bcache1", CacheSetUUID: "set-1"}}
+	msg := lost.Error()
+	if !strings.HasPrefix(msg, "pool.name: pool db's cache device /dev/disk/by-id/nvme-pool is gone; no dirty data") ||
+		!strings.Contains(msg, "pool db's cacheDevice.path") || Classify(lost).Field != "pool.name" {
+		t.Errorf("%s (field %q)", msg, Classify(lost).Field)
+	}
+	err := poolCacheLost(testPool(), fcv1.ReasonCacheDeviceLost, "is gone")
+	if c := Classify(err); c.Reason != "CacheDeviceLost" || c.Field != "cacheDevice.path" || c.Retry != RetryWhenFixedElsewhere {
+		t.Errorf("a pool's lost SSD classified %+v", c)
 	}
 }

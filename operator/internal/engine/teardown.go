@@ -66,7 +66,16 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		res.Steps = append(res.Steps, gone)
 	}
 	if o.BackingReg != nil {
-		if o.BackingReg.AttachedSet != "" && lost != nil {
+		if o.BackingReg.AttachedSet != "" && lost != nil && v.Carved() {
+			// The pool's set serves other volumes: this one leaves it alone, and only clean (a
+			// dirty one's data is lost with the device; its bcache device stops below).
+			if !lost.Dirty() {
+				if err := e.leaveSharedSet(ctx, o, o.BackingReg.AttachedSet); err != nil {
+					return res, err
+				}
+				res.Steps = append(res.Steps, "detached "+o.BackingReg.Device+" from cache set "+o.BackingReg.AttachedSet+" (its cache device is gone)")
+			}
+		} else if o.BackingReg.AttachedSet != "" && lost != nil {
 			// A set whose only cache device is gone: nothing can be flushed from it.
 			setDir := filepath.Join(blockdev.SysFsBcache, o.BackingReg.AttachedSet)
 			switch err := blockdev.SetKnob(setDir, "unregister", "1"); {

@@ -138,8 +138,8 @@ type report struct {
 // String shows a report with its errors spelled out, for failure messages.
 func (r report) String() string {
 	var b strings.Builder
-	for _, v := range r.Volumes {
-		fmt.Fprintf(&b, "%s: changed=%v steps=[%s]", v.Name, v.Changed, r.stepKinds())
+	for i, v := range r.Volumes {
+		fmt.Fprintf(&b, "%s: changed=%v steps=[%s]", v.Name, v.Changed, r.steps(i))
 		if v.Error != nil {
 			fmt.Fprintf(&b, " error %s on %s: %s", v.Error.Reason, v.Error.Field, v.Error.Message)
 		}
@@ -207,6 +207,21 @@ spec:
 		t.Fatal(err)
 	}
 	if err := g.vm.CopyFile(g.ctx, local, "/root/"+name, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// bootWith cuts the power and boots again with the disk d pulled out, or put back.
+func (g *guest) bootWith(t *testing.T, d vmharness.Disk, present bool) {
+	t.Helper()
+	g.sh(t, "sync")
+	if err := g.vm.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.vm.SetPresent(d, present); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.vm.Start(g.ctx); err != nil {
 		t.Fatal(err)
 	}
 }

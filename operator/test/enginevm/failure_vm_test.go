@@ -47,20 +47,6 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// bootWith cuts the power and boots again without the SSD, or with it back.
-	bootWith := func(t *testing.T, d vmharness.Disk, present bool) {
-		t.Helper()
-		g.sh(t, "sync")
-		if err := g.vm.Kill(); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.vm.SetPresent(d, present); err != nil {
-			t.Fatal(err)
-		}
-		if err := g.vm.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	dirty := func(t *testing.T) {
 		t.Helper()
 		g.sh(t, "fio --name=dirty --filename=/dev/flashcache/survivor --rw=randwrite --bs=4k --size=256M --io_size=8M "+
@@ -156,7 +142,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Fatalf("nothing dirty before the power cut: %s", r)
 			}
 			dirtySum = g.sh(t, sum)
-			bootWith(t, cacheSpare, false)
+			g.bootWith(t, cacheSpare, false)
 			r, code, _ := g.node(t, "apply", "spare.yaml")
 			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "not started")
 			if len(r.Volumes[0].Steps) != 0 || bcacheDevices(t) != "0" {
@@ -172,7 +158,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 			}
 		}},
 		{"TheSSDBackAtBootBringsItsDirtyDataBack", func(t *testing.T) {
-			bootWith(t, cacheSpare, true)
+			g.bootWith(t, cacheSpare, true)
 			if r, code, _ := g.node(t, "apply", "spare.yaml"); code != 0 {
 				t.Fatalf("apply with the SSD back: %s", r)
 			}
@@ -234,7 +220,7 @@ func TestCacheDeviceLossAndReplacement(t *testing.T) {
 				t.Fatalf("flush: %s", r)
 			}
 			clean := g.sh(t, sum)
-			bootWith(t, cacheThird, false)
+			g.bootWith(t, cacheThird, false)
 			r, code, _ := g.node(t, "apply", "third.yaml")
 			wantError(t, r, code, "CacheDeviceLost", "cacheDevice.path", "uncached")
 			if kinds := r.stepKinds(); !strings.HasSuffix(kinds, "start-without-cache") {

@@ -49,9 +49,15 @@ type poolReport struct {
 	} `json:"error"`
 }
 
-// poolFile writes a FlashCachePool named db with the given backing disks into the guest's
-// /root, followed by extra documents.
+// poolFile writes a FlashCachePool named db on poolCache with the given backing disks into the
+// guest's /root, followed by extra documents.
 func (g *guest) poolFile(t *testing.T, name string, backing []vmharness.Disk, extra string) {
+	t.Helper()
+	g.poolFileOn(t, name, poolCache, backing, extra)
+}
+
+// poolFileOn is poolFile with the pool's cache device named.
+func (g *guest) poolFileOn(t *testing.T, name string, cache vmharness.Disk, backing []vmharness.Disk, extra string) {
 	t.Helper()
 	var disks strings.Builder
 	for _, d := range backing {
@@ -64,7 +70,7 @@ spec:
   nodeName: vm
   cacheDevice: {path: %s}
   backingDevices:
-%s%s`, poolCache.ByID(), disks.String(), extra)
+%s%s`, cache.ByID(), disks.String(), extra)
 	local := filepath.Join(g.dir, name)
 	if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -89,31 +95,26 @@ func testPoolRefusesData(t *testing.T, g *guest) {
 	}
 }
 
+// carvedVolumeDoc is a FlashCacheVolume carved from pool db that keeps what is written to it
+// dirty (no flush period, no sequential bypass) up to its threshold.
+func carvedVolumeDoc(name, size string, dirtyThresholdPercent int) string {
+	return fmt.Sprintf(`---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: %s}
+spec:
+  nodeName: vm
+  pool: {name: db, size: %s}
+  dirtyThresholdPercent: %d
+  flushPeriod: 0s
+  sequentialCutoff: "0"
+  safety: {trustWriteCache: true}
+`, name, size, dirtyThresholdPercent)
+}
+
 // carvedVolumes are two volumes of pool db with different modes of writeback and thresholds:
 // bcache keeps those per backing device.
-const carvedVolumes = `---
-apiVersion: flashcache.io/v1alpha1
-kind: FlashCacheVolume
-metadata: {name: carved-a}
-spec:
-  nodeName: vm
-  pool: {name: db, size: 256Mi}
-  dirtyThresholdPercent: 40
-  flushPeriod: 0s
-  sequentialCutoff: "0"
-  safety: {trustWriteCache: true}
----
-apiVersion: flashcache.io/v1alpha1
-kind: FlashCacheVolume
-metadata: {name: carved-b}
-spec:
-  nodeName: vm
-  pool: {name: db, size: 128Mi}
-  dirtyThresholdPercent: 30
-  flushPeriod: 0s
-  sequentialCutoff: "0"
-  safety: {trustWriteCache: true}
-`
+var carvedVolumes = carvedVolumeDoc("carved-a", "256Mi", 40) + carvedVolumeDoc("carved-b", "128Mi", 30)
 
 func testPoolBuild(t *testing.T, g *guest) {
 	g.poolFile(t, "pool.yaml", []vmharness.Disk{poolHDD1}, carvedVolumes)
