@@ -5,6 +5,9 @@
 #       pinned Kubernetes module's build/pause/linux/pause.c;
 #   flashcache-mariadb:dev                 MariaDB from Debian's packages (hack/node-images/mariadb)
 #       on the Dockerfile's Debian base image;
+#   flashcache-csi-provisioner:<version>, flashcache-csi-resizer:<version>
+#                                          the chart's CSI sidecars, built by
+#       hack/build-csi-sidecars.sh from the Go module proxy (hack/node-images/csi-sidecar);
 #   the image named as the argument        the project's image (`make image` prints its name).
 #
 # Usage: hack/build-node-images.sh <flashcache image>
@@ -30,6 +33,7 @@ log() { printf 'build-node-images: %s\n' "$*" >&2; }
 require gcc strip
 require_packages libc6-dev
 base_image=$("$root/hack/build-base-images.sh" | sed -n 1p)
+sidecars=$("$root/hack/build-csi-sidecars.sh")
 
 # pause.c comes with the module the control plane is built from.
 k8s_mod=$root/hack/control-plane/kubernetes
@@ -53,13 +57,23 @@ strip "$tmp/pause"
 DOCKER_BUILDKIT=1 "$docker" build -q -t "$pause_image" "$tmp" >/dev/null
 DOCKER_BUILDKIT=1 "$docker" build -q --build-arg "BASE_IMAGE=$base_image" -t "$mariadb_image" \
 	"$root/hack/node-images/mariadb" >/dev/null
+sidecar_images=()
+for sidecar in csi-provisioner csi-resizer; do
+	# The version the binary was built as, which it prints last at --version.
+	version=$("$sidecars/$sidecar" --version | awk '{print $NF}')
+	mkdir -p "$tmp/$sidecar"
+	cp "$root/hack/node-images/csi-sidecar/Dockerfile" "$tmp/$sidecar/"
+	cp "$sidecars/$sidecar" "$tmp/$sidecar/sidecar"
+	DOCKER_BUILDKIT=1 "$docker" build -q -t "flashcache-$sidecar:$version" "$tmp/$sidecar" >/dev/null
+	sidecar_images+=("flashcache-$sidecar:$version")
+done
 log "images built in $((SECONDS - start)) s"
 
 out=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/node-images
 mkdir -p "$out"
 keep=()
 : >"$tmp/images.txt"
-for image in "$pause_image" "$mariadb_image" "$flashcache_image"; do
+for image in "$pause_image" "$mariadb_image" "${sidecar_images[@]}" "$flashcache_image"; do
 	# docker save records the name it was given: the file is named by name and content.
 	id=$("$docker" image inspect -f '{{.Id}}' "$image")
 	file=$(echo "$image $id" | sha256sum | cut -c1-16).tar

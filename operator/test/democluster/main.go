@@ -45,7 +45,7 @@ func run() error {
 	nodeIP := flags.String("node-ip", "192.168.227.2", "the VM's address on --tap")
 	podCIDR := flags.String("pod-cidr", "10.244.0.0/24", "the node's pod subnet; route it to --node-ip")
 	pauseImage := flags.String("pause-image", "", "the pod sandbox image (required)")
-	memory := flags.Int("memory-mib", 3072, "the VM's memory")
+	memory := flags.Int("memory-mib", 4096, "the VM's memory (four MariaDB servers at the demo's peak)")
 	_ = flags.Parse(os.Args[1:])
 	for name, v := range map[string]string{"dir": *dir, "kubeconfig": *kubeconfig, "vm-image": *image,
 		"node-images": *images, "tap": *tap, "pause-image": *pauseImage} {
@@ -87,6 +87,10 @@ func run() error {
 			// Its write cache is volatile and honours flushes, as a real disk's: the
 			// agent's durability check judges it and allows writeback.
 			{Kind: vmharness.HDD, Serial: "demo-hdd", Size: 8 << 30, Cache: vmharness.CacheVolatileHonest},
+			// A FlashCachePool's disks, for the volumes claims get: one NVMe and one HDD
+			// shared by every claim's volume.
+			{Kind: vmharness.NVMe, Serial: "demo-pool-ssd", Size: 4 << 30},
+			{Kind: vmharness.HDD, Serial: "demo-pool-hdd", Size: 8 << 30, Cache: vmharness.CacheVolatileHonest},
 		},
 		Logf: logf,
 	})

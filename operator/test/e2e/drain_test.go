@@ -608,6 +608,11 @@ spec:
 	// The disks are blank again: csi-sanity's volumes are carved from a pool of them.
 	t.Run("CSISanityOnAPool", func(t *testing.T) { testCSISanity(t, ctx, vm, k8s, kubectl, dir, controllerSocket, nvme, hdd) })
 
+	// The disks are blank again: claims through the StorageClass and the sidecars, on a pool of them.
+	t.Run("ClaimsThroughTheSidecars", func(t *testing.T) {
+		testClaimsThroughTheSidecars(t, ctx, c, vm, k8s, kubectl, dir, controllerSocket, nvme, hdd)
+	})
+
 	// The disks are blank again: the HDD becomes an iSCSI LUN behind the same NVMe.
 	t.Run("ISCSIBackingLUN", func(t *testing.T) { testISCSIThroughTheAgent(t, ctx, vm, k8s, kubectl, dir, nvme, hdd) })
 
@@ -655,10 +660,8 @@ spec:
 			"operator": string(operatorLog),
 			"agent":    sh(t, "cat /root/agent.log"),
 		} {
-			for _, line := range strings.Split(log, "\n") {
-				if strings.Contains(strings.ToLower(line), "forbidden") {
-					t.Errorf("%s: %s", component, line)
-				}
+			for _, line := range cluster.ForbiddenLines(log) {
+				t.Errorf("%s: %s", component, line)
 			}
 		}
 	})
