@@ -26,6 +26,11 @@ type storage struct {
 	kind storageKind
 	// afterApply runs after setup (sysfs knobs the engine does not set, for exploring one).
 	afterApply string
+	// backing, when set, is the volume's backing device if it is not $HDD itself (a carved
+	// volume's logical volume): the dirty-age sampler reads it raw.
+	backing string
+	// flushVolume, when set, is the one volume of the volume file the run's flush is of.
+	flushVolume string
 }
 
 type storageKind int
@@ -60,6 +65,52 @@ dev=$(python3 -c 'import json;print(json.load(open("/root/apply.json"))["volumes
 echo /dev/${dev#/dev/}
 `, volumeFile, extra)
 }
+
+// carvedSetup builds a pool of the SSD and the two HDDs with a volume bench carved from it,
+// as large as the first HDD holds (the fitting ones' size, less LVM's and bcache's headers), and
+// with neighbour a second volume of 512 MiB, which lands on the second HDD.
+func carvedSetup(neighbour bool) string {
+	second := ""
+	if neighbour {
+		second = `---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: neighbour}
+spec:
+  nodeName: bench
+  pool: {name: bench, size: 512Mi}
+  safety: {trustWriteCache: true}
+`
+	}
+	return fmt.Sprintf(`hdd_mib=$(( $(blockdev --getsize64 $(readlink -f $HDD)) / 1048576 ))
+cat >%[1]s <<EOF
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCachePool
+metadata: {name: bench}
+spec:
+  nodeName: bench
+  cacheDevice: {path: $NVME}
+  backingDevices: [{path: $HDD}, {path: $HDD2}]
+---
+apiVersion: flashcache.io/v1alpha1
+kind: FlashCacheVolume
+metadata: {name: bench}
+spec:
+  nodeName: bench
+  pool: {name: bench, size: $(( hdd_mib - 8 ))Mi}
+  safety: {trustWriteCache: true}
+%[2]sEOF
+flashcache node apply --config %[1]s -o json >/root/apply.json
+dev=$(python3 -c 'import json;print(json.load(open("/root/apply.json"))["volumes"][0]["status"]["device"])')
+echo /dev/${dev#/dev/}
+`, volumeFile, second)
+}
+
+// busyNeighbour keeps the neighbour volume busy through the whole run: 200 random 16-KiB
+// writes a second, which its writeback to the second HDD cannot keep up with, so the shared
+// cache set holds its dirty data beside bench's.
+const busyNeighbour = `setsid nohup fio --name=neighbour --filename=/dev/flashcache/neighbour --rw=randwrite --bs=16k --ioengine=psync ` +
+	`--direct=1 --time_based --runtime=86400 --rate_iops=200 --output=/dev/null >/dev/null 2>&1 &`
 
 // lvmSetup makes the volume group and the data volume on the HDD, and a cache volume of the
 // same size as flashcache's cache partition (80% of the SSD, its default over-provisioning).
@@ -101,6 +152,10 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 			`set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))
 echo 0 >/sys/fs/bcache/$set/congested_read_threshold_us
 echo 0 >/sys/fs/bcache/$set/congested_write_threshold_us`),
+		{Config: results.Config{Name: "flashcache-carved", Description: "defaults, on a volume carved from a pool (a logical volume on the HDD, the pool's cache set on the SSD), alone on it", Cached: true},
+			kind: flashcache, setup: carvedSetup(false), backing: "/dev/fcp-bench/fc-bench", flushVolume: "bench"},
+		{Config: results.Config{Name: "flashcache-carved-busy-neighbour", Description: "flashcache-carved with a second volume of the pool, on the second HDD, taking 200 random 16-KiB writes a second throughout", Cached: true},
+			kind: flashcache, setup: carvedSetup(true), backing: "/dev/fcp-bench/fc-bench", flushVolume: "bench", afterApply: busyNeighbour},
 		{Config: results.Config{Name: "lvmcache", Description: "lvmcache: dm-cache, writeback, smq, cache volume of 80% of the SSD", Cached: true},
 			kind: lvmCache, setup: lvmSetup("lvconvert -q -y --type cache --cachevol fast --cachemode writeback --cachepolicy smq bench/data >/dev/null")},
 		{Config: results.Config{Name: "dm-writecache", Description: "lvm's dm-writecache, cache volume of 80% of the SSD", Cached: true},
@@ -133,7 +188,7 @@ func withAfterApply(s storage, script string) storage {
 // SSD is too small to hold the data) and the knobs that decide what stays in a cache too small.
 var defaultConfigs = map[string][]string{
 	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-flush-off", "flashcache-flush-30s",
-		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "lvmcache", "dm-writecache"},
+		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
 	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "flashcache", "flashcache-cutoff-4m", "flashcache-fifo",
 		"flashcache-congestion-off", "lvmcache", "dm-writecache"},
 }
@@ -213,7 +268,7 @@ func (s storage) onBcache() bool { return s.kind == stockBcache || s.kind == fla
 // next one. Each line it prints is "arrived WRITTEN ARRIVED" or, when stopped, "open WRITTEN
 // NOW". One marker at a time keeps its reads to 0.2 a second of the HDD's 150.
 const dirtyAgeSampler = `cat >/run/bench-age.sh <<'EOF'
-hdd=$(readlink -f $HDD)
+hdd=$(readlink -f ${BACKING:-$HDD})
 first=$(bcache-super-show $hdd | awk '/dev.data.first_sector/ {print $2}')
 i=0
 while [ ! -e /run/bench-age.stop ]; do
@@ -252,7 +307,11 @@ func (s storage) flushScript() string {
 		return `echo 1 >/sys/block/$(basename $DEV)/bcache/detach
 until grep -q 'no cache' /sys/block/$(basename $DEV)/bcache/state; do sleep 0.2; done`
 	case flashcache:
-		return "flashcache node flush --config " + volumeFile + " --timeout 30m -o json >/root/flush.json"
+		only := ""
+		if s.flushVolume != "" {
+			only = " --volume " + s.flushVolume
+		}
+		return "flashcache node flush --config " + volumeFile + only + " --timeout 30m -o json >/root/flush.json"
 	case lvmCache, lvmWritecache:
 		return "lvconvert -q -y --splitcache bench/data >/dev/null"
 	}

@@ -136,6 +136,8 @@ func TestOLTP(t *testing.T) {
 	g := bootGuest(t, ctx, memMiB, map[string]vmharness.Disk{
 		"NVME": {Kind: vmharness.NVMe, Serial: "fc-bench-nvme", Size: int64(p.CacheDiskMiB) << 20},
 		"HDD":  {Kind: vmharness.HDD, Serial: "fc-bench-hdd", Size: int64(p.BackingDiskMiB) << 20},
+		// The second slow disk of the carved configurations' pool, where their neighbour lives.
+		"HDD2": {Kind: vmharness.HDD, Serial: "fc-bench-hdd2", Size: int64(p.BackingDiskMiB) << 20},
 		"SRC":  src,
 	})
 	g.must(mariadbConfig(p))
@@ -217,6 +219,9 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 		return run, fmt.Errorf("setup printed %q, not a device", dev)
 	}
 	export := "export DEV=" + dev + "\n"
+	if s.backing != "" {
+		export += "export BACKING=" + s.backing + "\n"
+	}
 	if s.afterApply != "" {
 		if _, err := g.script(ctx, export+s.afterApply); err != nil {
 			return run, fmt.Errorf("after setup: %w", err)
@@ -364,14 +369,17 @@ func (g *guest) bytesFrom(ctx context.Context, export, script string) (int64, er
 // flush or its dirty-age sampler running.
 const resetDisks = `[ -f /run/bench-flush-loop.pid ] && kill $(cat /run/bench-flush-loop.pid) 2>/dev/null; rm -f /run/bench-flush-loop.pid
 [ -f /run/bench-age.pid ] && kill $(cat /run/bench-age.pid) 2>/dev/null; rm -f /run/bench-age.pid
+pkill -x fio 2>/dev/null || true; while pgrep -x fio >/dev/null; do sleep 0.2; done
 systemctl stop mariadb 2>/dev/null || true
 umount /mnt/db 2>/dev/null || true
 vgremove -q -ff -y bench >/dev/null 2>&1 || true
 for f in /sys/block/bcache*/bcache/stop; do [ -e "$f" ] && echo 1 >"$f"; done
 for s in /sys/fs/bcache/*-*-*-*-*; do [ -e "$s/stop" ] && echo 1 >"$s/stop"; done
 for i in $(seq 100); do ls /sys/fs/bcache/ | grep -q -- - || break; sleep 0.2; done
+for i in $(seq 100); do ls /sys/block/ | grep -q bcache || break; sleep 0.2; done
+vgremove -q -ff -y fcp-bench >/dev/null 2>&1 || true
 rm -rf /var/lib/flashcache
-for d in $(lsblk -nrpo NAME $(readlink -f $NVME) | tail -n +2) $(readlink -f $NVME) $(readlink -f $HDD); do wipefs -q -a $d; done
+for d in $(lsblk -nrpo NAME $(readlink -f $NVME) | tail -n +2) $(readlink -f $NVME) $(readlink -f $HDD) $(readlink -f $HDD2); do wipefs -q -a $d; done
 sgdisk -q --zap-all $(readlink -f $NVME) >/dev/null 2>&1 || true
 blkdiscard -f $(readlink -f $NVME)
 partprobe $(readlink -f $NVME) 2>/dev/null || true

@@ -31,6 +31,7 @@ type inputs struct {
 	larger *results.OLTP
 	flush  *results.Flush
 	scale  *results.Scale
+	claims *results.Claims
 	// long are the long comparisons that ran, in longRuns' order.
 	long []longRun
 }
@@ -87,6 +88,7 @@ func load(dir string) (inputs, error) {
 	var oltp, larger results.OLTP
 	var flush results.Flush
 	var scale results.Scale
+	var claims results.Claims
 	for _, f := range []struct {
 		name  string
 		value any
@@ -96,6 +98,7 @@ func load(dir string) (inputs, error) {
 		{results.OLTPFileFor(results.DataSetLargerThanCache), &larger, func() { in.larger = &larger }},
 		{results.FlushFile, &flush, func() { in.flush = &flush }},
 		{results.ScaleFile, &scale, func() { in.scale = &scale }},
+		{results.ClaimsFile, &claims, func() { in.claims = &claims }},
 	} {
 		err := results.Read(dir, f.name, f.value)
 		switch {
@@ -165,6 +168,7 @@ func render(in inputs, sets []oltpSet, notes string) string {
 	writeTargets(&b, targets(in, sets))
 	writeFlush(&b, in.flush)
 	writeScale(&b, in.scale)
+	writeClaims(&b, in.claims)
 	if notes != "" {
 		b.WriteString("## Analysis\n\n")
 		b.WriteString(notes)
@@ -215,6 +219,9 @@ func writeIntro(b *strings.Builder, in inputs) {
 	}
 	if in.scale != nil {
 		addCommand(in.scale.Command)
+	}
+	if in.claims != nil {
+		addCommand(in.claims.Command)
 	}
 	if len(commands) > 0 {
 		b.WriteString("The results come from:\n\n```sh\n")
@@ -483,6 +490,31 @@ func writeScale(b *strings.Builder, s *results.Scale) {
 	for i, n := range notes {
 		fmt.Fprintf(b, "<sup>%d</sup> %s\n\n", i+1, inline(n))
 	}
+}
+
+// writeClaims renders claims.json: how long a claim takes to be Bound.
+func writeClaims(b *strings.Builder, c *results.Claims) {
+	b.WriteString("## Claims to Bound\n\n")
+	if c == nil {
+		b.WriteString(notRun + "\n\n")
+		return
+	}
+	fmt.Fprintf(b, "%d claims of %s, each with a pod on node %s, created at once; each timed from its creation to Bound as a watch "+
+		"saw it, through kube-scheduler, the external-provisioner sidecar, the operator's CSI controller and the binder. "+
+		"With %d claims the p99 is the slowest one. What is simulated: %s.\n\n",
+		c.Claims, c.ClaimSize, c.Node, c.Claims, strings.TrimSuffix(inline(c.Simulation), "."))
+	rows := [][]string{
+		{"Claim to Bound", fmt.Sprintf("p50 %s ms, p99 %s ms, max %s ms, mean %s ms", num(c.BoundMs.P50, 0), num(c.BoundMs.P99, 0),
+			num(c.BoundMs.Max, 0), num(c.BoundMs.Mean, 0))},
+		{"All Bound", num(c.AllBoundSeconds, 1) + " s after the first claim"},
+		{"Kubernetes / provisioner", orDash(c.KubernetesVersion) + " / " + orDash(c.ProvisionerVersion)},
+		{"Machine", fmt.Sprintf("%s CPUs, load average at start %s", count(c.MachineCPUs), orDash(c.MachineLoadAverageAtStart))},
+		{"flashcache", orDash(c.FlashcacheVersion)},
+	}
+	for i := range rows {
+		rows[i][1] = inline(rows[i][1])
+	}
+	table(b, []string{"Measure", "Value"}, "ll", rows)
 }
 
 // webhookLatencyOrDash prints the operator's own webhook latency: well under a millisecond, so

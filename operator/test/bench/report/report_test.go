@@ -289,3 +289,23 @@ func TestReportHasTheLongComparisonWithItsTargets(t *testing.T) {
 		t.Errorf("the long comparison's chart: %v", err)
 	}
 }
+
+func TestReportRendersClaimsToBound(t *testing.T) {
+	dir := fixture(t, false)
+	_, md := generateInto(t, dir)
+	if !strings.Contains(md, "## Claims to Bound\n\n"+notRun+"\n") {
+		t.Errorf("no \"not run\" for the missing claims.json:\n%s", md)
+	}
+	claims := results.Claims{Command: "make bench-scale", Claims: 20, ClaimSize: "1Gi", Node: "kwok-claims",
+		BoundMs: results.LatencyMs{P50: 3272.1, P99: 5428.8, Max: 5428.8, Mean: 3270.4}, AllBoundSeconds: 5.49, Simulation: "the pool's status is written."}
+	if err := results.Write(dir, results.ClaimsFile, claims); err != nil {
+		t.Fatal(err)
+	}
+	_, md = generateInto(t, dir)
+	if l := line(t, md, "| Claim to Bound |"); !strings.Contains(l, "p50 3272 ms, p99 5429 ms") {
+		t.Errorf("claims row: %s", l)
+	}
+	if !strings.Contains(md, "20 claims of 1Gi, each with a pod on node kwok-claims") || !strings.Contains(md, "make bench-scale") {
+		t.Errorf("claims section:\n%s", md)
+	}
+}

@@ -19,6 +19,8 @@ const (
 	OLTPFile  = "oltp.json"
 	FlushFile = "flush.json"
 	ScaleFile = "scale.json"
+	// ClaimsFile is the claim-to-Bound benchmark's.
+	ClaimsFile = "claims.json"
 )
 
 // The OLTP benchmark's data sets: one that fits the cache, and one at least twice the cache
@@ -192,6 +194,25 @@ type LatencyMs struct {
 	Mean float64 `json:"mean,omitempty"`
 	// Count is how many observations the summary is of (server side: the histogram's delta).
 	Count uint64 `json:"count,omitempty"`
+}
+
+// Claims is claims.json, written by the claim-to-Bound benchmark: claims of ClaimSize created at
+// once on Node, each with a pod, and how long each took to be Bound.
+type Claims struct {
+	Command            string    `json:"command,omitempty"`
+	Claims             int       `json:"claims"`
+	ClaimSize          string    `json:"claimSize"`
+	Node               string    `json:"node"`
+	BoundMs            LatencyMs `json:"boundMs"`
+	AllBoundSeconds    float64   `json:"allBoundSeconds"`
+	Simulation         string    `json:"simulation"`
+	KubernetesVersion  string    `json:"kubernetesVersion"`
+	ProvisionerVersion string    `json:"provisionerVersion"`
+	FlashcacheVersion  string    `json:"flashcacheVersion"`
+	MachineCPUs        int       `json:"machineCPUs"`
+	// MachineLoadAverageAtStart is /proc/loadavg's first three fields.
+	MachineLoadAverageAtStart string    `json:"machineLoadAverageAtStart"`
+	StartedAt                 time.Time `json:"startedAt"`
 }
 
 // Scale is scale.json, written by the operator-scale benchmark. The names up to

@@ -72,7 +72,9 @@ func init() {
 // benchConfig is the benchmark's size, from the environment.
 type benchConfig struct {
 	volumes, nodes, evictions, evictionConcurrency int
-	out                                            string
+	// claims is TestClaimsToBound's number of claims on its one node.
+	claims int
+	out    string
 }
 
 func configFromEnv(t *testing.T) benchConfig {
@@ -93,6 +95,7 @@ func configFromEnv(t *testing.T) benchConfig {
 		nodes:               number("BENCH_SCALE_NODES", 200),
 		evictions:           number("BENCH_SCALE_EVICTIONS", 200),
 		evictionConcurrency: number("BENCH_SCALE_EVICTION_CONCURRENCY", 16),
+		claims:              number("BENCH_CLAIMS", 20),
 		out:                 os.Getenv("BENCH_OUT"),
 	}
 	if cfg.out == "" {
@@ -123,15 +126,8 @@ func TestOperatorScale(t *testing.T) {
 	}
 
 	dir := cluster.TestDir(t)
-	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
-	version, err := c.Client.Discovery().ServerVersion()
-	if err != nil {
-		t.Fatalf("asking the API server its version: %v", err)
-	}
-	res.KubernetesVersion = version.GitVersion
-	if _, err := c.Helm(ctx, "install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"); err != nil {
-		t.Fatal(err)
-	}
+	c, version := chartOnACluster(t, ctx, dir)
+	res.KubernetesVersion = version
 	op := c.StartOperator(t, ctx, cluster.OperatorOptions{Binary: binary, Namespace: chartNamespace, Dir: dir, Metrics: true})
 	t.Logf("operator up (pid %d, webhook :%d, metrics %s)", op.Pid, op.WebhookPort, op.MetricsURL)
 
@@ -526,6 +522,22 @@ feed:
 		return fmt.Errorf("stopped before the end: %w", ctx.Err())
 	}
 	return first
+}
+
+// chartOnACluster starts the benchmark's cluster in dir and installs the chart with helmArgs;
+// it returns the cluster and its Kubernetes version.
+func chartOnACluster(t *testing.T, ctx context.Context, dir string, helmArgs ...string) (*cluster.Cluster, string) {
+	t.Helper()
+	c := cluster.ForTest(t, cluster.Options{Dir: filepath.Join(dir, "cluster")})
+	version, err := c.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatalf("asking the API server its version: %v", err)
+	}
+	args := append([]string{"install", "flashcache", ".", "--namespace", chartNamespace, "--create-namespace"}, helmArgs...)
+	if _, err := c.Helm(ctx, args...); err != nil {
+		t.Fatal(err)
+	}
+	return c, version.GitVersion
 }
 
 // serviceAccountConfig is a client configuration with a token of the chart's ServiceAccount
