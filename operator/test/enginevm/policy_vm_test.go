@@ -80,11 +80,17 @@ while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; 
 	fi
 	sleep 2
 done
-# The pass under way is left to end; the loop sees it clean and restores the throttle.
-for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root/run.log && break; sample; sleep 1; done
-sleep %[1]d
-python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())' > /root/metrics.txt
+# The writer's work is done once the marker is on the disk. Left on, it kept the volume dirty
+# and a second pass began while the knobs below were read (a loaded CI run read delay 0).
 kill $writer; wait $writer 2>/dev/null || true
+# The pass under way is left to end; the loop sees it clean and restores the throttle. A pass
+# begun meanwhile, for the writer's last blocks, is let end too: the knobs are read between passes.
+passes_ended() { [ "$(grep -c 'flush pass started' /root/run.log)" -le "$(grep -c 'flush pass done\|finished in writethrough' /root/run.log)" ]; }
+for i in $(seq 60); do grep -q 'flush pass done\|finished in writethrough' /root/run.log && break; sample; sleep 1; done
+for i in $(seq 60); do passes_ended && break; sleep 1; done
+sleep %[1]d
+for i in $(seq 60); do passes_ended && break; sleep 1; done
+python3 -c 'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:8090/metrics").read().decode())' > /root/metrics.txt
 printf '{"loopStarted": %%s, "markerWritten": %%s, "restarted": %%s, "arrived": %%s, "modes": "%%s", "percentAfter": "%%s", "delayAfter": "%%s", "rateMinimumAfter": "%%s", "ageBoundsBeforeRestart": %%d, "ageBoundsAfterRestart": %%d, "ageBoundsShort": "%%s"}\n' \
 	"$loop_started" "$marker_written" "${restarted:-0}" "${arrived:-0}" "$modes" "$(cat $bc/writeback_percent)" "$(cat $bc/writeback_delay)" "$(cat $bc/writeback_rate_minimum)" "$bounds_before" "$bounds_after" "$short"
 `
