@@ -152,9 +152,11 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 			`set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))
 echo 0 >/sys/fs/bcache/$set/congested_read_threshold_us
 echo 0 >/sys/fs/bcache/$set/congested_write_threshold_us`),
-		{Config: results.Config{Name: "flashcache-carved", Description: "defaults, on a volume carved from a pool (a logical volume on the HDD, the pool's cache set on the SSD), alone on it", Cached: true},
+		{Config: results.Config{Name: "flashcache-carved", Description: "defaults, on a volume carved from a pool (a logical volume on the HDD, the pool's cache set on the SSD), alone on it", Cached: true,
+			DirtyAgeBoundSeconds: dirtyAgeBound("").Seconds()},
 			kind: flashcache, setup: carvedSetup(false), backing: "/dev/fcp-bench/fc-bench", flushVolume: "bench"},
-		{Config: results.Config{Name: "flashcache-carved-busy-neighbour", Description: "flashcache-carved with a second volume of the pool, on the second HDD, taking 200 random 16-KiB writes a second throughout", Cached: true},
+		{Config: results.Config{Name: "flashcache-carved-busy-neighbour", Description: "flashcache-carved with a second volume of the pool, on the second HDD, taking 200 random 16-KiB writes a second throughout", Cached: true,
+			DirtyAgeBoundSeconds: dirtyAgeBound("").Seconds()},
 			kind: flashcache, setup: carvedSetup(true), backing: "/dev/fcp-bench/fc-bench", flushVolume: "bench", afterApply: busyNeighbour},
 		{Config: results.Config{Name: "lvmcache", Description: "lvmcache: dm-cache, writeback, smq, cache volume of 80% of the SSD", Cached: true},
 			kind: lvmCache, setup: lvmSetup("lvconvert -q -y --type cache --cachevol fast --cachemode writeback --cachepolicy smq bench/data >/dev/null")},
