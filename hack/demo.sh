@@ -376,7 +376,8 @@ for i in $ordinals; do
 done
 check "every claim's volume is carved from demo-pool" test "$pooled" = "$replicas"
 # On the node: one bcache cache set, the pool's, behind every volume carved from it.
-claimed=$(for i in $ordinals; do claim_volume "$i"; done | paste -sd' ')
+# One name a line: jsonpath prints none of its own newlines, and three names ran together.
+claimed=$(for i in $ordinals; do echo "$(claim_volume "$i")"; done | paste -sd' ')
 sets=$(guest "for v in $claimed; do basename \$(readlink -f /sys/block/\$(basename \$(readlink -f /dev/flashcache/\$v))/bcache/cache); done" | sort -u)
 note "cache sets behind the claims' volumes: $(paste -sd' ' <<<"$sets"); the pool's: $(pool_field cacheSetUUID)"
 check "the claims' volumes are on the pool's one cache set" test "$sets" = "$(pool_field cacheSetUUID)"
