@@ -18,10 +18,8 @@ import (
 // means for the data depends on whether bcache had dirty data on it, which the message says.
 type CacheLostError struct {
 	Path string
-	// Field is the spec field that names the device: pool.name for a volume carved from a
-	// pool, whose cache set the pool's other volumes share; cacheDevice.path when empty.
-	Field string
-	// Pool is the pool of a carved volume.
+	// Pool is the pool of a carved volume, whose cache set the pool's other volumes share;
+	// empty for a volume on whole devices.
 	Pool string
 	// Status is the bcache device's, when the backing device is registered.
 	Status *Status
@@ -73,12 +71,12 @@ func (e *CacheLostError) Reason() string {
 	return fcv1.ReasonCacheDeviceLost
 }
 
-// field is the spec field the condition names.
+// field is the spec field the condition names: a carved volume's cache device is its pool's.
 func (e *CacheLostError) field() string {
-	if e.Field == "" {
-		return "cacheDevice.path"
+	if e.Pool != "" {
+		return "pool.name"
 	}
-	return e.Field
+	return "cacheDevice.path"
 }
 
 // device names the lost device in messages: a carved volume's is its pool's.
@@ -144,7 +142,7 @@ func (e *Engine) cacheLost(ctx context.Context, v Volume, missing error) error {
 	if i := strings.IndexByte(state, '['); i >= 0 {
 		state = strings.Trim(state[i:], "[]")
 	}
-	lost := &CacheLostError{Path: v.CachePath(), Field: v.cacheField(), missing: missing, backing: o, SuperblockState: state,
+	lost := &CacheLostError{Path: v.CachePath(), missing: missing, backing: o, SuperblockState: state,
 		Failing:     errors.Is(missing, blockdev.ErrUnreadable),
 		DirtyOnDisk: state == "dirty", Accepted: v.AcceptedCacheLoss != "" && v.AcceptedCacheLoss == v.CachePath()}
 	if v.Carved() {

@@ -346,7 +346,7 @@ func TestACarvedVolumeMovesToThePoolsNewSSDOnlyWhenClean(t *testing.T) {
 }
 
 func TestALostPoolCacheNamesThePoolAndItsField(t *testing.T) {
-	lost := &CacheLostError{Path: "/dev/disk/by-id/nvme-pool", Field: "pool.name", Pool: "db", Status: &Status{Device: "bcache1", CacheSetUUID: "set-1"}}
+	lost := &CacheLostError{Path: "/dev/disk/by-id/nvme-pool", Pool: "db", Status: &Status{Device: "bcache1", CacheSetUUID: "set-1"}}
 	msg := lost.Error()
 	if !strings.HasPrefix(msg, "pool.name: pool db's cache device /dev/disk/by-id/nvme-pool is gone; no dirty data") ||
 		!strings.Contains(msg, "pool db's cacheDevice.path") || Classify(lost).Field != "pool.name" {
