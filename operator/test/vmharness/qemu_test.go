@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 func TestQemuArgsGiveEachDiskKindItsDevice(t *testing.T) {
@@ -294,5 +295,28 @@ func TestSnapshotMachineHasRoomForDisksAndNoneOfItsOwn(t *testing.T) {
 	withDisks := strings.Join(qemuArgs(qemuConfig{rootDisk: "/r.qcow2", disks: disks, hotplugSlots: true}), " ")
 	if strings.Count(withDisks, "virtio-scsi-pci") != 1 {
 		t.Errorf("a second SCSI controller:\n%s", withDisks)
+	}
+}
+
+func TestASilentConsoleCountsAsAStallOnlyAfterTheLimit(t *testing.T) {
+	quiet := consoleSilence{limit: 90 * time.Second}
+	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	boot := []byte("[    1.560924] NET: Registered PF_PACKET protocol family\n[    1.564044] sched_clock: Marking stable\n")
+	if got := quiet.check(boot, t0); got != "" {
+		t.Errorf("first look: %q", got)
+	}
+	if got := quiet.check(boot, t0.Add(89*time.Second)); got != "" {
+		t.Errorf("silent for 89 s: %q", got)
+	}
+	grown := append(boot, "[    2.1] Run /init as init process\n"...)
+	if got := quiet.check(grown, t0.Add(89*time.Second)); got != "" {
+		t.Errorf("the console grew: %q", got)
+	}
+	if got := quiet.check(grown, t0.Add(170*time.Second)); got != "" {
+		t.Errorf("silent for 81 s since it grew: %q", got)
+	}
+	got := quiet.check(grown, t0.Add(179*time.Second))
+	if !strings.Contains(got, "silent for 1m30s") || !strings.Contains(got, "Run /init as init process") {
+		t.Errorf("silent for 90 s since it grew: %q", got)
 	}
 }

@@ -334,6 +334,36 @@ const maxBootStalls = 2
 // does not meet it.
 var stallMarkers = [][]byte{[]byte("BUG: soft lockup"), []byte("self-detected stall"), []byte("rcu_sched detected stalls"), []byte("rcu_preempt detected stalls")}
 
+// bootSilenceLimit is how long a booting guest's console may stay silent before the boot counts
+// as stalled. A boot prints something every few seconds until sshd listens (19 s in all on an
+// idle host); a warm CI run once lost 5 minutes to a guest whose kernel stopped after
+// "sched_clock: Marking stable" at 1.6 s and never printed again, not even a stall report.
+const bootSilenceLimit = 90 * time.Second
+
+// consoleSilence follows the console of one boot and says when it has not grown for limit.
+type consoleSilence struct {
+	limit time.Duration
+	size  int
+	since time.Time
+}
+
+// check takes the console text so far; it returns a description of the silence once the text
+// has not grown for limit, and "" before.
+func (c *consoleSilence) check(text []byte, now time.Time) string {
+	if c.since.IsZero() || len(text) != c.size {
+		c.size, c.since = len(text), now
+		return ""
+	}
+	if now.Sub(c.since) < c.limit {
+		return ""
+	}
+	last := bytes.TrimSpace(text)
+	if i := bytes.LastIndexByte(last, '\n'); i >= 0 {
+		last = last[i+1:]
+	}
+	return fmt.Sprintf("the console was silent for %s after %q", c.limit, bytes.TrimSpace(last))
+}
+
 // guestStall is a boot whose kernel reported a stall before SSH answered.
 type guestStall struct{ line string }
 
@@ -475,6 +505,7 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 	vm.mu.Unlock()
 	var lastErr error
 	start := time.Now()
+	quiet := consoleSilence{limit: bootSilenceLimit}
 	for attempt := 1; ; attempt++ {
 	untilListening:
 		for time.Since(start) < sshReadyFallback {
@@ -483,6 +514,9 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 				break
 			}
 			if line := stallIn(text); line != "" {
+				return &guestStall{line: line}
+			}
+			if line := quiet.check(text, time.Now()); line != "" {
 				return &guestStall{line: line}
 			}
 			select {
@@ -501,8 +535,14 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 			return errors.New("qemu exited before ssh was ready")
 		default:
 		}
-		if line := stallSince(vm.console, consoleAt); line != "" {
+		text := consoleSince(vm.console, consoleAt)
+		if line := stallIn(text); line != "" {
 			return &guestStall{line: line}
+		}
+		if !bytes.Contains(text, sshReadyMarker) {
+			if line := quiet.check(text, time.Now()); line != "" {
+				return &guestStall{line: line}
+			}
 		}
 		client, err := vm.dial(ctx, addr, greetingWait(attempt))
 		if err == nil {
