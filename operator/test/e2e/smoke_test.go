@@ -283,11 +283,27 @@ func guest(t *testing.T, ctx context.Context, vm *vmharness.VM, cmd string) stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	began := time.Now()
 	stdout, stderr, code, err := vm.Run(ctx, cmd)
 	if err != nil || code != 0 {
 		t.Fatalf("guest: %s: exit %d, %v\n%s%s", cmd, code, err, stdout, stderr)
 	}
+	logSlow(t, began, "guest: "+cmd)
 	return strings.TrimSpace(stdout)
+}
+
+// slowStep is how long a guest command or a wait may take before the log says so: where a
+// tier's time goes is then in every run's log, not only in a profile someone remembers to take.
+const slowStep = 10 * time.Second
+
+func logSlow(t *testing.T, began time.Time, what string) {
+	t.Helper()
+	if d := time.Since(began); d >= slowStep {
+		if len(what) > 120 {
+			what = what[:117] + "..."
+		}
+		t.Logf("took %s: %s", d.Round(100*time.Millisecond), what)
+	}
 }
 
 // eventually polls check every half second until it reports done, failing t after timeout with
@@ -296,6 +312,7 @@ func eventually[T any](t *testing.T, ctx context.Context, timeout time.Duration,
 	t.Helper()
 	var last T
 	var lastErr error
+	defer logSlow(t, time.Now(), "waiting for "+what)
 	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		v, done, err := check(ctx)
 		if err != nil {
