@@ -509,6 +509,7 @@ step "Delete a claim: its volume is flushed and torn down, and its space goes ba
 pool_used() { echo $(($(numfmt --from=auto "$(pool_field capacity)") - $(numfmt --from=auto "$(pool_field allocatable)"))); }
 check "the pool counts data-shop-$last at 1536Mi" wait_for 150 eval '(($(pool_used) >= (last << 30) + (1536 << 20)))'
 allocatable_before=$(numfmt --from=auto "$(pool_field allocatable)")
+note "demo-pool before the deletion: $(pool_field volumes) volumes, $(pool_field allocatable) allocatable"
 k scale -n db statefulset shop --replicas="$last"
 check "shop-$last stopped again" wait_for 300 shop_gone "$last"
 k delete pvc -n db "data-shop-$last"
