@@ -283,8 +283,8 @@ bench-scale: ## The operator at scale alone: 1000 FlashCacheVolumes on 200 kwok 
 	cd operator && KUBEBUILDER_ASSETS=$$assets FLASHCACHE_BIN=$(FLASHCACHE) FLASHCACHE_CSI_SIDECARS=$$sidecars $(BENCH_SCALE)
 
 .PHONY: test-bench-smoke
-# Its tiny data set is kept with make bench's (keyed by size and VM image): preparing it took a
-# minute of every warm run and proves nothing a fresh machine's run does not.
+# Its tiny data set is kept with make bench's (keyed by size and VM image): preparing it again took
+# about 20 s of every warm run and proves nothing a fresh machine's run does not.
 test-bench-smoke: ## make bench in miniature (three configurations, a tiny data set, 50 volumes): proves it runs, resumes and renders, measures nothing.
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
