@@ -219,11 +219,11 @@ func TestStallIsReportedOnlyFromTheBootBeingWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := fileSize(console)
-	if got := stallSince(console, at); got != "" {
+	if got := stallIn(consoleSince(console, at)); got != "" {
 		t.Errorf("a stall of an earlier boot was reported: %q", got)
 	}
-	if got := stallSince(console, 0); got != strings.TrimSpace(earlier) {
-		t.Errorf("stallSince from the start = %q", got)
+	if got := stallIn(consoleSince(console, 0)); got != strings.TrimSpace(earlier) {
+		t.Errorf("the stall from the start = %q", got)
 	}
 	f, err := os.OpenFile(console, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
@@ -233,7 +233,7 @@ func TestStallIsReportedOnlyFromTheBootBeingWaitedFor(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if got := stallSince(console, at); got != "[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU" {
+	if got := stallIn(consoleSince(console, at)); got != "[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU" {
 		t.Errorf("the new boot's stall: %q", got)
 	}
 }
@@ -318,5 +318,19 @@ func TestASilentConsoleCountsAsAStallOnlyAfterTheLimit(t *testing.T) {
 	got := quiet.check(grown, t0.Add(179*time.Second))
 	if !strings.Contains(got, "silent for 1m30s") || !strings.Contains(got, "Run /init as init process") {
 		t.Errorf("silent for 90 s since it grew: %q", got)
+	}
+}
+
+func TestASilentConsoleAfterSshdListensIsNoStall(t *testing.T) {
+	quiet := consoleSilence{limit: 90 * time.Second}
+	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	up := []byte("[   18.2] systemd[1]: Reached target multi-user.target\nflashcache-vm: sshd is listening\n")
+	quiet.stalled(up, t0)
+	if got := quiet.stalled(up, t0.Add(10*time.Minute)); got != "" {
+		t.Errorf("a guest that is up and quiet: %q", got)
+	}
+	stalled := []byte("[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU\n")
+	if got := quiet.stalled(stalled, t0); got != "[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU" {
+		t.Errorf("a reported stall: %q", got)
 	}
 }

@@ -347,6 +347,18 @@ type consoleSilence struct {
 	since time.Time
 }
 
+// stalled is why the boot whose console text so far is text counts as stalled, or "": a stall
+// its kernel reported, or a console silent for limit before sshd listens.
+func (c *consoleSilence) stalled(text []byte, now time.Time) string {
+	if line := stallIn(text); line != "" {
+		return line
+	}
+	if bytes.Contains(text, sshReadyMarker) {
+		return ""
+	}
+	return c.check(text, now)
+}
+
 // check takes the console text so far; it returns a description of the silence once the text
 // has not grown for limit, and "" before.
 func (c *consoleSilence) check(text []byte, now time.Time) string {
@@ -388,11 +400,6 @@ func consoleSince(console string, offset int64) []byte {
 	}
 	text, _ := io.ReadAll(f)
 	return text
-}
-
-// stallSince is the first stall report in the console log after offset, or "".
-func stallSince(console string, offset int64) string {
-	return stallIn(consoleSince(console, offset))
 }
 
 // stallIn is the first stall report in text, or "".
@@ -497,7 +504,8 @@ func freePort() (int, error) {
 // an attempt that hears no server greeting soon is dropped and made again (see dial).
 // The image says on the console when sshd listens (sshReadyMarker), and no attempt is made
 // before: only an image without the marker pays for the silent attempts, after
-// sshReadyFallback. A kernel that reports a stall first ends the wait with a *guestStall.
+// sshReadyFallback. A kernel that reports a stall first, or a console silent for
+// bootSilenceLimit before the marker, ends the wait with a *guestStall.
 func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 	vm.mu.Lock()
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(vm.port))
@@ -513,10 +521,7 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 			if bytes.Contains(text, sshReadyMarker) {
 				break
 			}
-			if line := stallIn(text); line != "" {
-				return &guestStall{line: line}
-			}
-			if line := quiet.check(text, time.Now()); line != "" {
+			if line := quiet.stalled(text, time.Now()); line != "" {
 				return &guestStall{line: line}
 			}
 			select {
@@ -535,14 +540,8 @@ func (vm *VM) waitSSH(ctx context.Context, consoleAt int64) error {
 			return errors.New("qemu exited before ssh was ready")
 		default:
 		}
-		text := consoleSince(vm.console, consoleAt)
-		if line := stallIn(text); line != "" {
+		if line := quiet.stalled(consoleSince(vm.console, consoleAt), time.Now()); line != "" {
 			return &guestStall{line: line}
-		}
-		if !bytes.Contains(text, sshReadyMarker) {
-			if line := quiet.check(text, time.Now()); line != "" {
-				return &guestStall{line: line}
-			}
 		}
 		client, err := vm.dial(ctx, addr, greetingWait(attempt))
 		if err == nil {
