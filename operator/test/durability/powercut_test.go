@@ -83,6 +83,7 @@ func TestPowerCutLosesNoAcknowledgedWriteOnHonestDisks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer vm.Close()
+	vm.LogDiagnosticsOnFailure(t)
 	sh := func(t *testing.T, cmd string) string {
 		t.Helper()
 		out, err := vm.Output(ctx, cmd)

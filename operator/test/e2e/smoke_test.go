@@ -275,6 +275,7 @@ func clusterAndGuest(t *testing.T, ctx context.Context, dir string, opts vmharne
 		t.Fatal(bootErr)
 	}
 	t.Cleanup(vm.Close)
+	vm.LogDiagnosticsOnFailure(t)
 	return vm, c
 }
 

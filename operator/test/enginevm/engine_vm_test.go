@@ -274,6 +274,7 @@ func bootGuest(t *testing.T, ctx context.Context, disks ...vmharness.Disk) *gues
 	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: t.TempDir(), Logf: t.Logf, Disks: disks})
 	if vm != nil {
 		t.Cleanup(vm.Close)
+		vm.LogDiagnosticsOnFailure(t)
 	}
 	if err != nil {
 		t.Fatal(err)

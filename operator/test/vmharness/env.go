@@ -26,3 +26,16 @@ func fromEnv(t testing.TB, name, what string) string {
 	}
 	return v
 }
+
+// LogDiagnosticsOnFailure makes a failed test print the end of the guest's serial console, of
+// QEMU's output and of each volatile disk's nbdkit: the guest kernel's own account of what went
+// wrong (an I/O timeout, a controller reset, a device it dropped, a hung task) and the host side
+// of its disks, which commands over SSH cannot give once the guest is stuck, and which go with
+// the test's temporary folder afterwards. Call it right after Boot.
+func (vm *VM) LogDiagnosticsOnFailure(t testing.TB) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the guest went through:\n%s", vm.diagnostics())
+		}
+	})
+}

@@ -2,6 +2,7 @@ package vmharness
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -332,5 +333,41 @@ func TestASilentConsoleAfterSshdListensIsNoStall(t *testing.T) {
 	stalled := []byte("[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU\n")
 	if got := quiet.stalled(stalled, t0); got != "[   31.2] rcu: INFO: rcu_preempt self-detected stall on CPU" {
 		t.Errorf("a reported stall: %q", got)
+	}
+}
+
+// recordingTB is a test that can be made to fail without failing the real one: it keeps what is
+// logged and runs its cleanups when told.
+type recordingTB struct {
+	testing.TB
+	failed   bool
+	logs     []string
+	cleanups []func()
+}
+
+func (r *recordingTB) Failed() bool            { return r.failed }
+func (r *recordingTB) Cleanup(f func())        { r.cleanups = append(r.cleanups, f) }
+func (r *recordingTB) Logf(f string, a ...any) { r.logs = append(r.logs, fmt.Sprintf(f, a...)) }
+func (r *recordingTB) end() {
+	for i := len(r.cleanups) - 1; i >= 0; i-- {
+		r.cleanups[i]()
+	}
+}
+
+func TestAFailedTestPrintsWhatTheGuestsKernelSaid(t *testing.T) {
+	dir := t.TempDir()
+	vm := &VM{console: filepath.Join(dir, "console.log"), qemuLog: filepath.Join(dir, "qemu.log"), volatile: &volatileSet{}}
+	said := "[ 1862.1] nvme nvme0: I/O 12 QID 1 timeout, reset controller\n"
+	if err := os.WriteFile(vm.console, []byte("[    0.0] Linux version 6.1.0\n"+said), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, failed := range []bool{false, true} {
+		tb := &recordingTB{TB: t, failed: failed}
+		vm.LogDiagnosticsOnFailure(tb)
+		tb.end()
+		printed := strings.Join(tb.logs, "\n")
+		if failed != strings.Contains(printed, strings.TrimSpace(said)) {
+			t.Errorf("failed=%v: the test printed %q", failed, printed)
+		}
 	}
 }

@@ -748,7 +748,7 @@ func (vm *VM) Close() {
 // QEMU's own output.
 func (vm *VM) diagnostics() string {
 	return fmt.Sprintf("--- console (%s), last lines:\n%s\n--- qemu (%s), last lines:\n%s%s",
-		vm.console, tail(vm.console, 3000), vm.qemuLog, tail(vm.qemuLog, 1500), vm.volatile.diagnostics())
+		vm.console, tail(vm.console, 6000), vm.qemuLog, tail(vm.qemuLog, 1500), vm.volatile.diagnostics())
 }
 
 func tail(path string, n int64) []byte {

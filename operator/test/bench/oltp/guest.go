@@ -75,6 +75,7 @@ func bootGuest(t *testing.T, ctx context.Context, memMiB int, disks map[string]v
 	vm, err := vmharness.Boot(ctx, vmharness.Options{Image: image, WorkDir: t.TempDir(), Logf: t.Logf, Disks: list, MemoryMiB: memMiB, CPUs: 2})
 	if vm != nil {
 		t.Cleanup(vm.Close)
+		vm.LogDiagnosticsOnFailure(t)
 	}
 	if err != nil {
 		t.Fatal(err)
