@@ -263,7 +263,9 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 		began := time.Now()
 		// 12 MiB drain in about 26 s; a drain that stalls fails within 5 minutes with the role's
 		// own message (the last progress line) instead of meeting the playbook's 15-minute kill.
-		out, r, ok := b.playbook(t, "drain.yml", "-e", "flashcache_drain_progress_interval=2", "-e", `{"flashcache_drain_timeout": 300}`)
+		// key=value, as a user types it: the value is then a string, which the role's arithmetic
+		// must take.
+		out, r, ok := b.playbook(t, "drain.yml", "-e", "flashcache_drain_progress_interval=2", "-e", "flashcache_drain_timeout=300")
 		if !ok || r.failed != 0 {
 			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
 		}
