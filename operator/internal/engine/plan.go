@@ -125,8 +125,13 @@ const (
 	backingDataOffsetBytes = safety.BackingDataOffsetSectors * sectorSize
 	// gptBackupSectors is what the backup GPT takes at the end of the disk.
 	gptBackupSectors = 34
-	// minCachePartition is well above what make-bcache needs for its buckets and journal.
-	minCachePartition = 64 << 20
+	// minCachePartition is the smallest cache partition the kernel registers: bcache 6.1 refuses
+	// a cache of 512 buckets or fewer ("ca->sb.nbuckets is too small"; it sizes its free lists
+	// from the bucket count rounded up to a power of two, divided by 1024), and make-bcache's
+	// buckets are 512 KiB. A 127 MiB partition was made, then refused at registration, seen in
+	// the VM; refused here, nothing is written first.
+	makeBcacheBucketBytes = 512 << 10
+	minCachePartition     = 513 * makeBcacheBucketBytes
 	// writebackDelay is bcache's pause after each full pass of writeback over the index, in
 	// seconds. A write to the knob does not cut a pause short, so a blocking flush waited up to
 	// the kernel's default of 30 s before it wrote anything: `make bench` measured a 63 MiB
@@ -483,7 +488,8 @@ func cachePartition(diskBytes, overProvisionPercent int64) (start, end int64, er
 	}
 	if (end-start+1)*sectorSize < minCachePartition {
 		return 0, 0, &Refusal{Reason: ReasonCacheTooSmall, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("a %d MiB device leaves a cache partition under %d MiB at %d%% over-provisioning", diskBytes>>20, minCachePartition>>20, overProvisionPercent)}
+			Message: fmt.Sprintf("a %d MiB device leaves a cache partition of %d MiB at %d%% over-provisioning; bcache needs more than 512 buckets of 512 KiB, at least %.1f MiB",
+				diskBytes>>20, (end-start+1)*sectorSize>>20, overProvisionPercent, float64(minCachePartition)/(1<<20))}
 	}
 	return start, end, nil
 }
