@@ -201,7 +201,8 @@ test-vm: ## Boot the Debian test VM (emulated NVMe + HDD, real bcache) and run t
 
 # test-vm's two halves, each its own guests, so that make test can run them in two lanes: the
 # engine's walk through one volume's and one pool's life, and the harness's own tests with the
-# failure tests (lost and failing disks, iSCSI). They take about the same time.
+# failure tests (lost and failing disks, iSCSI). They take about the same time. Each half, and
+# test-vm, runs every test even after one fails, as one go test of both packages did.
 VM_TEST := go test -count=1 -p 1 -v -tags vm -timeout 60m
 ENGINE_WALK := ^TestEngineOnARealKernel$$
 
@@ -217,8 +218,10 @@ test-vm-faults: ## test-vm's second half: the VM harness's own tests, then lost 
 	hack/install-vm-deps.sh
 	img=$$(hack/build-vm-image.sh); \
 	$(MAKE) --no-print-directory build; \
-	cd operator && FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) $(VM_TEST) ./test/vmharness/ && \
-		FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE) $(VM_TEST) -skip '$(ENGINE_WALK)' ./test/enginevm/
+	cd operator && export FLASHCACHE_VM_IMAGE=$$img FLASHCACHE_BIN=$(FLASHCACHE); rc=0; \
+	$(VM_TEST) ./test/vmharness/ || rc=1; \
+	$(VM_TEST) -skip '$(ENGINE_WALK)' ./test/enginevm/ || rc=1; \
+	exit $$rc
 
 .PHONY: test-durability
 test-durability: ## Power cuts under a committing workload, on honest and lying volatile disk caches.
