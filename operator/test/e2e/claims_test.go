@@ -104,15 +104,21 @@ func testClaimsThroughTheSidecars(t *testing.T, ctx context.Context, c *cluster.
 		}
 		// Dirty data on each, kept dirty: bcache's own writeback stopped before the write, which
 		// only a flush starts again (stopped after it, an idle bcache had written all 8 MiB back
-		// before the drain began, in a run with one vCPU).
+		// before the drain began, in a run with one vCPU). Congestion bypass off on the pool's
+		// cache set: beside two lanes of guests the emulated NVMe crossed bcache's latency
+		// thresholds and one volume's 8 MiB went around the cache (0 dirty, at 11e3e9c), as the
+		// engine and Ansible tests saw before; this step is about the drain, not congestion.
 		sums := map[string]string{}
 		for _, v := range volumes {
-			sums[v] = guest(t, ctx, vm, "echo 0 > "+bcacheDir(v)+"/writeback_running && head -c 8M /dev/urandom > /root/"+v+".bin && "+
+			dir := bcacheDir(v)
+			sums[v] = guest(t, ctx, vm, "echo 0 > "+dir+"/cache/congested_read_threshold_us && echo 0 > "+dir+"/cache/congested_write_threshold_us && "+
+				"echo 0 > "+dir+"/writeback_running && head -c 8M /dev/urandom > /root/"+v+".bin && "+
 				"dd if=/root/"+v+".bin of=/dev/flashcache/"+v+" bs=1M oflag=direct status=none && sha256sum < /root/"+v+".bin")
-			dirty := guest(t, ctx, vm, "cat "+bcacheDir(v)+"/dirty_data")
+			dirty := guest(t, ctx, vm, "cat "+dir+"/dirty_data")
 			t.Logf("%s: %s dirty", v, dirty)
 			if dirty == "0.0k" {
-				t.Errorf("%s: no dirty data before the drain, so the drain would have nothing to flush", v)
+				t.Errorf("%s: no dirty data before the drain, so the drain would have nothing to flush; bcache says:\n%s", v,
+					guest(t, ctx, vm, "cd "+dir+" && grep . cache_mode sequential_cutoff stats_total/bypassed stats_total/cache_bypass_misses"))
 			}
 		}
 		lines := drain(t, ctx, c, dir)
