@@ -182,6 +182,11 @@ type qemuConfig struct {
 	// incoming, when set, starts the machine from a saved state (QEMU's -incoming) instead of
 	// booting it.
 	incoming string
+	// traceEvents and traceFile, when set, turn on QEMU's trace events of those patterns
+	// (FLASHCACHE_VM_QEMU_TRACE), written to traceFile: what the emulated devices did when a
+	// guest's driver says they did not answer.
+	traceEvents []string
+	traceFile   string
 }
 
 // hotplugRootPorts is how many NVMe drives a VM restored from a booted snapshot can take.
@@ -241,6 +246,13 @@ func qemuArgs(c qemuConfig) []string {
 	}
 	if c.incoming != "" {
 		args = append(args, "-incoming", c.incoming)
+	}
+	for i, pattern := range c.traceEvents {
+		option := "enable=" + escapeOpt(pattern)
+		if i == 0 {
+			option += ",file=" + escapeOpt(c.traceFile)
+		}
+		args = append(args, "-trace", option)
 	}
 	scsi := c.hotplugSlots
 	for i, d := range c.disks {

@@ -371,3 +371,33 @@ func TestAFailedTestPrintsWhatTheGuestsKernelSaid(t *testing.T) {
 		}
 	}
 }
+
+// The kernel's complaint stays in the diagnostics when later output has pushed it out of the
+// console's tail (a test fails minutes after the NVMe timed out), and routine lines stay out.
+func TestTheKernelsComplaintsOutliveTheConsolesTail(t *testing.T) {
+	dir := t.TempDir()
+	vm := &VM{console: filepath.Join(dir, "console.log"), qemuLog: filepath.Join(dir, "qemu.log"), volatile: &volatileSet{}}
+	complaint := "[  539.585809] nvme nvme0: I/O 640 (I/O Cmd) QID 1 timeout, aborting"
+	routine := "[  263.612063] sd 1:0:0:0: [sdb] Preferred minimum I/O size 512 bytes"
+	console := "[    0.0] Linux version 6.1.0\n" + complaint + "\n" + strings.Repeat(routine+"\n", 500)
+	if err := os.WriteFile(vm.console, []byte(console), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	printed := vm.diagnostics()
+	if !strings.Contains(printed, complaint) {
+		t.Errorf("the diagnostics lack the complaint %q:\n%s", complaint, printed[:min(len(printed), 2000)])
+	}
+	if got := kernelComplaints(vm.console); got != complaint {
+		t.Errorf("complaints: got %q, want only %q", got, complaint)
+	}
+}
+
+func TestTraceEventsGoToOneFile(t *testing.T) {
+	args := strings.Join(qemuArgs(qemuConfig{sshPort: 2222, traceEvents: []string{"pci_nvme_*", "pci_nvme_err_*"}, traceFile: "/t/trace,1.log"}), " ")
+	if want := "-trace enable=pci_nvme_*,file=/t/trace,,1.log -trace enable=pci_nvme_err_*"; !strings.Contains(args, want) {
+		t.Errorf("args lack %q:\n%s", want, args)
+	}
+	if plain := strings.Join(qemuArgs(qemuConfig{sshPort: 2222}), " "); strings.Contains(plain, "-trace") {
+		t.Errorf("no trace asked for, but: %s", plain)
+	}
+}

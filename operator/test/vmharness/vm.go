@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -457,6 +458,8 @@ func (vm *VM) launchWith(incoming string) error {
 		qmpSocket:    vm.qmpSocket(),
 		hotplugSlots: vm.hotplugMachine || incoming != "",
 		incoming:     incoming,
+		traceEvents:  strings.Fields(strings.ReplaceAll(os.Getenv(QEMUTraceEnv), ",", " ")),
+		traceFile:    vm.qemuTrace(),
 	})
 	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
 	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {
@@ -752,8 +755,51 @@ func (vm *VM) Close() {
 // diagnostics is what a human needs to see why a boot failed: the end of the console and of
 // QEMU's own output.
 func (vm *VM) diagnostics() string {
-	return fmt.Sprintf("--- console (%s), last lines:\n%s\n--- qemu (%s), last lines:\n%s%s",
-		vm.console, tail(vm.console, 6000), vm.qemuLog, tail(vm.qemuLog, 1500), vm.volatile.diagnostics())
+	return fmt.Sprintf("--- console (%s), the kernel's complaints:\n%s\n--- console, last lines:\n%s\n--- qemu (%s), last lines:\n%s%s",
+		vm.console, kernelComplaints(vm.console), tail(vm.console, 6000), vm.qemuLog, tail(vm.qemuLog, 1500), vm.volatile.diagnostics())
+}
+
+// QEMUTraceEnv names QEMU trace event patterns (comma- or space-separated, such as
+// "pci_nvme_*") to record for every VM, into the file qemuTrace names.
+const QEMUTraceEnv = "FLASHCACHE_VM_QEMU_TRACE"
+
+// QEMUTraceDirEnv is where the trace files go (default: the VM's work folder, which a test's
+// cleanup removes): one file per QEMU start, named by the test's folder and the time.
+const QEMUTraceDirEnv = "FLASHCACHE_VM_QEMU_TRACE_DIR"
+
+func (vm *VM) qemuTrace() string {
+	dir := os.Getenv(QEMUTraceDirEnv)
+	if dir == "" {
+		dir = vm.opts.WorkDir
+	}
+	return filepath.Join(dir, fmt.Sprintf("qemu-trace-%s-%s.log",
+		filepath.Base(filepath.Dir(vm.opts.WorkDir)), time.Now().UTC().Format("150405.000")))
+}
+
+// complaint matches the console lines in which the guest's kernel says a device or the block
+// layer misbehaved: a test that fails long after them (a flush that never ends, a volume gone)
+// shows them even when the console's tail is all later output.
+var complaint = regexp.MustCompile(`(?i)\b(nvme|I/O error|blk_update_request|bcache: |timeout|timed out|reset|abort|blocked for more than|hung_task|Call Trace|BUG|WARNING: |Oops|rcu_.*stall)`)
+
+// kernelComplaints is the console's complaint lines, the first 40 and the last 20 of them.
+func kernelComplaints(console string) string {
+	raw, err := os.ReadFile(console)
+	if err != nil {
+		return err.Error()
+	}
+	var lines []string
+	for _, line := range strings.Split(string(bytes.ToValidUTF8(raw, []byte("?"))), "\n") {
+		if strings.HasPrefix(line, "[") && complaint.MatchString(line) {
+			lines = append(lines, strings.TrimRight(line, "\r"))
+		}
+	}
+	if len(lines) == 0 {
+		return "(none)"
+	}
+	if len(lines) > 60 {
+		lines = append(append(lines[:40:40], fmt.Sprintf("... %d more ...", len(lines)-60)), lines[len(lines)-20:]...)
+	}
+	return strings.Join(lines, "\n")
 }
 
 func tail(path string, n int64) []byte {
