@@ -772,8 +772,14 @@ func (vm *VM) qemuTrace() string {
 	if dir == "" {
 		dir = vm.opts.WorkDir
 	}
-	return filepath.Join(dir, fmt.Sprintf("qemu-trace-%s-%s.log",
-		filepath.Base(filepath.Dir(vm.opts.WorkDir)), time.Now().UTC().Format("150405.000")))
+	test := vm.opts.WorkDir // t.TempDir's folder is named after the test, a level or two up
+	for d := vm.opts.WorkDir; filepath.Dir(d) != d; d = filepath.Dir(d) {
+		if strings.HasPrefix(filepath.Base(d), "Test") {
+			test = d
+			break
+		}
+	}
+	return filepath.Join(dir, fmt.Sprintf("qemu-trace-%s-%s.log", filepath.Base(test), time.Now().UTC().Format("150405.000")))
 }
 
 // complaint matches the console lines in which the guest's kernel says a device or the block
