@@ -207,7 +207,14 @@ func qemuArgs(c qemuConfig) []string {
 		// kernel self-tests every AVX cipher at boot. Boots took 13.3-14.1 s against 15.1-16.2 s
 		// (three of each, interleaved); Python and gzip in the guest ran the same or faster.
 		"-cpu", "Nehalem",
-		"-smp", strconv.Itoa(c.cpus),
+		// maxcpus of 2 or more, even for a one-vCPU guest: TCG emits the guest's memory barriers
+		// as host fences only when the machine can have more than one vCPU (CF_PARALLEL). Without
+		// them the guest's NVMe driver's shadow doorbell handshake (store the queue's tail, fence,
+		// load the device's event index) raced QEMU's device thread doing the mirror image on the
+		// host: both read the other's old value, the driver skipped the doorbell and the device
+		// slept on a queue with commands in it. One-vCPU guests then saw "nvme nvme0: I/O ... QID
+		// 1 timeout, aborting" for a whole batch of commands, a flush hung, and the NVMe was gone.
+		"-smp", fmt.Sprintf("%d,maxcpus=%d", c.cpus, max(c.cpus, 2)),
 		"-m", strconv.Itoa(c.memoryMiB),
 		"-nodefaults", "-display", "none", "-no-reboot",
 		"-kernel", c.kernel, "-initrd", c.initrd, "-append", c.cmdline,
@@ -246,6 +253,10 @@ func qemuArgs(c qemuConfig) []string {
 	}
 	if c.incoming != "" {
 		args = append(args, "-incoming", c.incoming)
+	}
+	if len(c.traceEvents) > 0 {
+		// Each event with its time (pid@seconds.microseconds): how long a command waited.
+		args = append(args, "-msg", "timestamp=on")
 	}
 	for i, pattern := range c.traceEvents {
 		option := "enable=" + escapeOpt(pattern)

@@ -394,10 +394,21 @@ func TestTheKernelsComplaintsOutliveTheConsolesTail(t *testing.T) {
 
 func TestTraceEventsGoToOneFile(t *testing.T) {
 	args := strings.Join(qemuArgs(qemuConfig{sshPort: 2222, traceEvents: []string{"pci_nvme_*", "pci_nvme_err_*"}, traceFile: "/t/trace,1.log"}), " ")
-	if want := "-trace enable=pci_nvme_*,file=/t/trace,,1.log -trace enable=pci_nvme_err_*"; !strings.Contains(args, want) {
+	if want := "-msg timestamp=on -trace enable=pci_nvme_*,file=/t/trace,,1.log -trace enable=pci_nvme_err_*"; !strings.Contains(args, want) {
 		t.Errorf("args lack %q:\n%s", want, args)
 	}
 	if plain := strings.Join(qemuArgs(qemuConfig{sshPort: 2222}), " "); strings.Contains(plain, "-trace") {
 		t.Errorf("no trace asked for, but: %s", plain)
+	}
+}
+
+// A one-vCPU guest's machine can still have two, so that TCG emits the guest's memory barriers:
+// without them the NVMe driver's shadow doorbell handshake with QEMU's device thread lost
+// doorbells, and whole batches of commands timed out.
+func TestEveryGuestsBarriersAreHostFences(t *testing.T) {
+	for cpus, want := range map[int]string{1: "-smp 1,maxcpus=2 ", 2: "-smp 2,maxcpus=2 ", 4: "-smp 4,maxcpus=4 "} {
+		if args := strings.Join(qemuArgs(qemuConfig{cpus: cpus, sshPort: 2222}), " "); !strings.Contains(args, want) {
+			t.Errorf("%d vCPUs: args lack %q:\n%s", cpus, want, args)
+		}
 	}
 }

@@ -34,7 +34,7 @@ import (
 
 // snapshotLayout names the snapshot machine's devices; a change to them changes it, so that a
 // cached snapshot of another machine is never restored.
-const snapshotLayout = "1: hotplug SCSI controller, 6 PCIe root ports"
+const snapshotLayout = "2: hotplug SCSI controller, 6 PCIe root ports, maxcpus of 2 or more"
 
 // ColdBootEnv, when set to anything but "" or "0", makes every Boot a real boot.
 const ColdBootEnv = "FLASHCACHE_VM_COLD_BOOT"
