@@ -378,8 +378,10 @@ func TestTheKernelsComplaintsOutliveTheConsolesTail(t *testing.T) {
 	dir := t.TempDir()
 	vm := &VM{console: filepath.Join(dir, "console.log"), qemuLog: filepath.Join(dir, "qemu.log"), volatile: &volatileSet{}}
 	complaint := "[  539.585809] nvme nvme0: I/O 640 (I/O Cmd) QID 1 timeout, aborting"
-	routine := "[  263.612063] sd 1:0:0:0: [sdb] Preferred minimum I/O size 512 bytes"
-	console := "[    0.0] Linux version 6.1.0\n" + complaint + "\n" + strings.Repeat(routine+"\n", 500)
+	routine := "[  263.612063] sd 1:0:0:0: [sdb] Preferred minimum I/O size 512 bytes\n" +
+		"[   41.860851] nvme nvme0: 2/0/0 default/read/poll queues\n" +
+		"[  234.962512] bcache: register_cache() registered cache device nvme0n1p1\n"
+	console := "[    0.0] Linux version 6.1.0\n" + routine + complaint + "\n" + strings.Repeat(routine, 200)
 	if err := os.WriteFile(vm.console, []byte(console), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -785,7 +785,9 @@ func (vm *VM) qemuTrace() string {
 // complaint matches the console lines in which the guest's kernel says a device or the block
 // layer misbehaved: a test that fails long after them (a flush that never ends, a volume gone)
 // shows them even when the console's tail is all later output.
-var complaint = regexp.MustCompile(`(?i)\b(nvme|I/O error|blk_update_request|bcache: |timeout|timed out|reset|abort|blocked for more than|hung_task|Call Trace|BUG|WARNING: |Oops|rcu_.*stall)`)
+// Routine lines (a drive probed, a cache registered) stay out, so that the first 40 are news.
+var complaint = regexp.MustCompile(`(?i)(nvme.*(timeout|abort|reset|error|fail|remov)|I/O error|medium error|blk_update_request|bcache: .*(error|fail)|` +
+	`blocked for more than|hung_task|Call Trace|\bBUG\b|WARNING: |Oops|rcu_.*stall|soft lockup|\[FAILED\]|Timed out)`)
 
 // kernelComplaints is the console's complaint lines, the first 40 and the last 20 of them.
 func kernelComplaints(console string) string {
