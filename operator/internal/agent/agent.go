@@ -387,7 +387,8 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 		return r.failed(ctx, fcv, st, "teardown", err)
 	}
 	defer unlock()
-	if _, err := r.Engine.Teardown(ctx, v, r.FlushTimeout); err != nil {
+	res, err := r.Engine.Teardown(ctx, v, r.FlushTimeout)
+	if err != nil {
 		// A volume whose device was never built (its disk was never there) has nothing to tear
 		// down. One that was built and lost a disk stays: its data may be on the missing disk,
 		// and only a person can say it may go (deletionPolicy Orphan).
@@ -395,7 +396,12 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 			return r.failed(ctx, fcv, st, "teardown", err)
 		}
 	}
-	logf.FromContext(ctx).Info("tore the device down")
+	// The steps, so that a log says what a teardown did (logged out, deleted the node record).
+	var steps []string
+	if res != nil {
+		steps = res.Steps
+	}
+	logf.FromContext(ctx).Info("tore the device down", "steps", steps)
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
 	return r.tornDown(ctx, fcv, st)
 }
