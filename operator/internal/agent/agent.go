@@ -63,13 +63,14 @@ const (
 // Reconciler drives the engine for the FlashCacheVolumes whose spec.nodeName is NodeName.
 type Reconciler struct {
 	client.Client
-	// Secrets reads CHAP Secrets straight from the API server: the agent neither lists nor
-	// watches Secrets, so it caches none.
-	Secrets  client.Reader
-	NodeName string
-	Engine   *engine.Engine
-	Recorder events.EventRecorder
-	Metrics  *Metrics
+	// APIReader reads straight from the API server, not the cache: CHAP Secrets (the agent
+	// neither lists nor watches Secrets, so it caches none), and a volume about to be torn down
+	// (the cache may not hold yet the status of the teardown that just finished).
+	APIReader client.Reader
+	NodeName  string
+	Engine    *engine.Engine
+	Recorder  events.EventRecorder
+	Metrics   *Metrics
 	// FlushTimeout bounds one blocking flush pass; a drain's flush that needs longer continues
 	// in the next pass (bcache keeps writing back meanwhile).
 	FlushTimeout time.Duration
@@ -325,10 +326,7 @@ func (r *Reconciler) chap(ctx context.Context, fcv *fcv1.FlashCacheVolume) (*blo
 		return nil, nil
 	}
 	ref := src.CHAPSecretRef
-	reader := r.Secrets
-	if reader == nil {
-		reader = r.Client
-	}
+	reader := r.reader()
 	var secret corev1.Secret
 	if err := reader.Get(ctx, types.NamespacedName{Namespace: ref.Namespace, Name: ref.Name}, &secret); err != nil {
 		if apierrors.IsNotFound(err) || apierrors.IsForbidden(err) {
@@ -387,6 +385,16 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 		return r.failed(ctx, fcv, st, "teardown", err)
 	}
 	defer unlock()
+	// The cache can be a status behind: right after a teardown, a second reconcile of the same
+	// volume found it not yet torn down, and its teardown logged in to the iSCSI target again
+	// (to look for our superblock on the LUN) and left the node record that logs in at boot.
+	var live fcv1.FlashCacheVolume
+	if err := r.reader().Get(ctx, client.ObjectKeyFromObject(fcv), &live); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if p := meta.FindStatusCondition(live.Status.Conditions, fcv1.ConditionProvisioned); p != nil && p.Reason == fcv1.ReasonTornDown {
+		return ctrl.Result{}, nil
+	}
 	res, err := r.Engine.Teardown(ctx, v, r.FlushTimeout)
 	if err != nil {
 		// A volume whose device was never built (its disk was never there) has nothing to tear
@@ -404,6 +412,14 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, fcv *fcv1.FlashCacheVo
 	logf.FromContext(ctx).Info("tore the device down", "steps", steps)
 	r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "TornDown", "Teardown", "flushed, detached and removed the bcache device")
 	return r.tornDown(ctx, fcv, st)
+}
+
+// reader is the API server's reader, or the cache's where none is set (unit tests).
+func (r *Reconciler) reader() client.Reader {
+	if r.APIReader != nil {
+		return r.APIReader
+	}
+	return r.Client
 }
 
 // tornDown reports a volume with no device left, which lets the operator finish its deletion.

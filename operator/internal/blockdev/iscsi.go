@@ -275,19 +275,23 @@ func (r Runner) Login(ctx context.Context, iqn, portal, iface string) error {
 	return err
 }
 
-// Logout ends the target's session through the portal and deletes its node record, so that it
-// does not log in again at boot. No session or no record is success.
+// Logout ends the target's session through the portal and deletes the target's node records
+// on the iface, whatever portal each is filed under, so that none logs in again at boot. No
+// session or no record is success.
 func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
-	record := []string{"-m", "node", "-T", iqn, "-p", portal, "-I", iface}
-	run := func(op ...string) (gone bool, err error) {
-		_, err = r.Run(ctx, "iscsiadm", append(append([]string{}, record...), op...)...)
+	session := []string{"-m", "node", "-T", iqn, "-p", portal, "-I", iface}
+	// Every portal's: a record filed under another address than the session's (discovery names
+	// it by the address the target answers with) was left behind once, and logged in at boot.
+	records := []string{"-m", "node", "-T", iqn, "-I", iface}
+	run := func(selector []string, op ...string) (gone bool, err error) {
+		_, err = r.Run(ctx, "iscsiadm", append(append([]string{}, selector...), op...)...)
 		var ce *CommandError
 		if errors.As(err, &ce) && ce.ExitCode == iscsiErrNoObjects {
 			return true, nil
 		}
 		return false, err
 	}
-	if _, err := run("--logout"); err != nil {
+	if _, err := run(session, "--logout"); err != nil {
 		return err
 	}
 	// Right after a logout the session may still be closing, and iscsiadm then declines to
@@ -297,9 +301,9 @@ func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
 	defer cancel()
 	return WaitFor(waitCtx, 250*time.Millisecond, fmt.Sprintf("the node record of %s at %s to go after logout and delete", iqn, portal),
 		func() (bool, error) {
-			if _, err := run("-o", "delete"); err != nil {
+			if _, err := run(records, "-o", "delete"); err != nil {
 				return false, err
 			}
-			return run()
+			return run(records)
 		})
 }

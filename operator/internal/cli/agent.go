@@ -106,7 +106,7 @@ func runAgent(opts agentOptions) error {
 	engineLog := ctrl.Log.WithName("engine")
 	r := &agent.Reconciler{
 		Client:       mgr.GetClient(),
-		Secrets:      mgr.GetAPIReader(),
+		APIReader:    mgr.GetAPIReader(),
 		NodeName:     opts.nodeName,
 		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog}, Log: engineLog, HoldDir: opts.holdDir, StateDir: opts.stateDir},
 		Recorder:     mgr.GetEventRecorder("flashcache-agent"),
