@@ -185,6 +185,12 @@ helm install flashcache charts/flashcache --namespace flashcache-system --create
 	k get pods -n flashcache-system -o wide
 	k describe pods -n flashcache-system | tail -n 80
 	k get events -n flashcache-system --sort-by=.lastTimestamp | tail -n 40
+	# Last, where a reader of the log's end looks: what the crashed containers said before they
+	# exited (once every container of the chart exited after 30 s, with no word of why here).
+	for pod in $(k get pods -n flashcache-system -o name); do
+		echo "---- $pod: the last words of its containers' previous runs"
+		k logs -n flashcache-system "$pod" --all-containers --previous --prefix --tail=6 2>&1 | cut -c1-300 || true
+	done
 	exit 1
 }
 k get pods -n flashcache-system -o wide
