@@ -111,11 +111,11 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # balanced by the tiers' times beside each other (docs/testing.md): test-vm's two halves,
 # test-demo and test-bench-smoke in one, test-durability, test-ansible, the control plane's and
 # the chart's tiers and test-e2e in the other. Each lane starts with a tier that needs only the VM
-# image (the preparation makes it first). Three lanes ran in 2121 s against 2227-2320, but beside
-# two other guests the emulated NVMe lost I/O completions ("nvme nvme0: I/O ... timeout,
-# aborting"), which hung a shutdown flush in test-ansible, and two other tiers failed on load:
-# two lanes until the NVMe holds up (docs/testing.md). TEST_LAST runs alone after the lanes, for
-# a tier that cannot share the machine (none today).
+# image (the preparation makes it first). Three lanes ran in 2121 s against 2227-2320, but in
+# later runs test-ansible's NVMe lost commands ("nvme nvme0: I/O ... timeout, aborting"): the
+# one-vCPU guests' lost doorbells, a TCG barrier matter since fixed (vmharness's qemuArgs), which
+# struck with two lanes too. Two lanes until three have passed again (docs/testing.md).
+# TEST_LAST runs alone after the lanes, for a tier that cannot share the machine (none today).
 TEST_FIRST := lint test-unit verify-generated
 TEST_LANE_VM := test-vm-engine test-vm-faults test-demo test-bench-smoke
 TEST_LANE_ANSIBLE := policy-scan test-durability test-ansible test-envtest test-helm test-krew test-e2e
