@@ -281,7 +281,7 @@ func (r Runner) Login(ctx context.Context, iqn, portal, iface string) error {
 func (r Runner) Logout(ctx context.Context, iqn, portal, iface string) error {
 	session := []string{"-m", "node", "-T", iqn, "-p", portal, "-I", iface}
 	// Every portal's: a record filed under another address than the session's (discovery names
-	// it by the address the target answers with) was left behind once, and logged in at boot.
+	// records by the addresses the target answers with) would otherwise stay, and log in at boot.
 	records := []string{"-m", "node", "-T", iqn, "-I", iface}
 	run := func(selector []string, op ...string) (gone bool, err error) {
 		_, err = r.Run(ctx, "iscsiadm", append(append([]string{}, selector...), op...)...)
