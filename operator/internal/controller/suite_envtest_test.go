@@ -15,11 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	metav1ac "k8s.io/client-go/applyconfigurations/meta/v1"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,9 +52,7 @@ func TestMain(m *testing.M) {
 		defer func() { _ = logFile.Close() }()
 		fmt.Fprintln(os.Stderr, "operator log:", logFile.Name())
 		ctrl.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(logFile)))
-		scheme := runtime.NewScheme()
-		utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-		utilruntime.Must(fcv1.AddToScheme(scheme))
+		scheme := testenv.Scheme()
 		cacheOpts, err := CacheOptions()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

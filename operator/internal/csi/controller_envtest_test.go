@@ -16,9 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
@@ -37,10 +34,7 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer func() { _ = env.Stop() }()
-		scheme := runtime.NewScheme()
-		utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-		utilruntime.Must(fcv1.AddToScheme(scheme))
-		if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		if k8s, err = client.New(cfg, client.Options{Scheme: testenv.Scheme()}); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}

@@ -11,9 +11,23 @@ import (
 	"runtime"
 	"time"
 
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 )
+
+// Scheme holds Kubernetes' own types and the project's API: what a test's client reads and
+// writes.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(fcv1.AddToScheme(s))
+	return s
+}
 
 // RepoRoot is the top of the repository, found from this file's location.
 func RepoRoot() string {

@@ -17,10 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -70,9 +67,6 @@ func TestMain(m *testing.M) {
 		}
 		defer func() { _ = env.Stop() }()
 
-		scheme := runtime.NewScheme()
-		utilruntime.Must(clientgoscheme.AddToScheme(scheme))
-		utilruntime.Must(fcv1.AddToScheme(scheme))
 		cacheOpts, err := controller.CacheOptions()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -85,7 +79,7 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: cacheOpts, WebhookServer: server,
+		mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: testenv.Scheme(), Cache: cacheOpts, WebhookServer: server,
 			Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)

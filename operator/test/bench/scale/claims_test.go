@@ -27,6 +27,7 @@ import (
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/csi"
+	"github.com/flashcache/flashcache/operator/internal/testenv"
 	"github.com/flashcache/flashcache/operator/test/bench/results"
 	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
 )
@@ -74,7 +75,7 @@ func TestClaimsToBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k8s, err := client.New(admin, client.Options{Scheme: scheme()})
+	k8s, err := client.New(admin, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func buildPool(t *testing.T, ctx context.Context, c *cluster.Cluster, k8s client
 	if err != nil {
 		t.Fatal(err)
 	}
-	agent, err := client.New(agentCfg, client.Options{Scheme: scheme()})
+	agent, err := client.New(agentCfg, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

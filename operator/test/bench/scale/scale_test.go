@@ -34,12 +34,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -47,6 +44,7 @@ import (
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/testenv"
 	"github.com/flashcache/flashcache/operator/internal/webhook"
 	"github.com/flashcache/flashcache/operator/test/bench/results"
 	"github.com/flashcache/flashcache/operator/test/e2e/cluster"
@@ -138,7 +136,7 @@ func TestOperatorScale(t *testing.T) {
 	if err != nil {
 		t.Fatalf("admin client: %v", err)
 	}
-	k8s, err := client.New(admin, client.Options{Scheme: scheme()})
+	k8s, err := client.New(admin, client.Options{Scheme: testenv.Scheme()})
 	if err != nil {
 		t.Fatalf("admin client: %v", err)
 	}
@@ -554,13 +552,6 @@ func serviceAccountConfig(ctx context.Context, c *cluster.Cluster, name string) 
 	// It stands for many agents, each with its own client: no shared client-side rate limit.
 	cfg.QPS, cfg.Burst = -1, -1
 	return cfg, nil
-}
-
-func scheme() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(fcv1.AddToScheme(s))
-	return s
 }
 
 // percentile is the nearest-rank q-quantile of sorted durations.

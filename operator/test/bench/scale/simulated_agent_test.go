@@ -19,6 +19,7 @@ import (
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/agent"
 	fcv1ac "github.com/flashcache/flashcache/operator/internal/applyconfiguration/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/testenv"
 )
 
 // simulationSentence is what the output says the simulated agent is.
@@ -40,7 +41,7 @@ type simulatedAgent struct {
 // ctx ends. workers bounds how many volumes it reports at once, as many agents would.
 func startSimulatedAgent(ctx context.Context, cfg *rest.Config, workers int) (<-chan error, error) {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme(),
+		Scheme:                 testenv.Scheme(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 	})
