@@ -189,8 +189,9 @@ test-demo: ## Run the demo non-interactively and check what it shows (rows intac
 # The guests of test-durability and test-ansible have one vCPU (on a machine that could have two,
 # so that TCG keeps the guest's memory barriers: see vmharness's qemuArgs): beside the other lane
 # they used a third less CPU with one than with two (test-ansible 1449 CPU seconds against 1972),
-# which is what a lane's time follows on a busy machine. test-vm's and test-e2e's keep two: with one, test-vm's
-# reboots took twice as long and test-e2e took 2447 s against 2042 (docs/testing.md).
+# which is what a lane's time follows on a busy machine. test-vm's and test-e2e's keep two: with
+# one, test-vm's reboots took twice as long and test-e2e took 2447 s against 2042
+# (docs/testing.md).
 GUEST_VCPUS := 1
 
 .PHONY: vm-image

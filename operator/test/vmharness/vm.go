@@ -442,6 +442,11 @@ func (vm *VM) launchWith(incoming string) error {
 	if incoming != "" {
 		disks = nil // plugged in once the saved machine is loaded
 	}
+	var traceFile string
+	traceEvents := strings.Fields(strings.ReplaceAll(os.Getenv(QEMUTraceEnv), ",", " "))
+	if len(traceEvents) > 0 {
+		traceFile = vm.qemuTrace()
+	}
 	args := qemuArgs(qemuConfig{
 		kernel:       filepath.Join(image, "vmlinuz"),
 		initrd:       filepath.Join(image, "initrd.img"),
@@ -458,8 +463,8 @@ func (vm *VM) launchWith(incoming string) error {
 		qmpSocket:    vm.qmpSocket(),
 		hotplugSlots: vm.hotplugMachine || incoming != "",
 		incoming:     incoming,
-		traceEvents:  strings.Fields(strings.ReplaceAll(os.Getenv(QEMUTraceEnv), ",", " ")),
-		traceFile:    vm.qemuTrace(),
+		traceEvents:  traceEvents,
+		traceFile:    traceFile,
 	})
 	known := fmt.Sprintf("[127.0.0.1]:%d %s", port, ssh.MarshalAuthorizedKey(vm.hostKey))
 	if err := os.WriteFile(filepath.Join(vm.opts.WorkDir, "known_hosts"), []byte(known), 0o644); err != nil {
