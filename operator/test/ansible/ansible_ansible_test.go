@@ -705,7 +705,7 @@ func testHostLoop(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
 	}
 	// Under emulation the NVMe's latency crosses bcache's congestion thresholds, and bcache then
 	// sends sequential I/O around its own cache whatever the cutoff says: off for this fill.
-	b.sh(t, "for f in /sys/fs/bcache/*-*/congested_read_threshold_us /sys/fs/bcache/*-*/congested_write_threshold_us; do echo 0 > $f; done")
+	b.sh(t, "for set in /sys/fs/bcache/*-*; do "+vmharness.CongestionOff("$set")+"; done")
 	b.sh(t, "dd if=/dev/zero of=/dev/flashcache/"+volumeName+" bs=1M count=900 oflag=direct status=none")
 	filled := time.Now()
 	for {

@@ -111,7 +111,7 @@ func testClaimsThroughTheSidecars(t *testing.T, ctx context.Context, c *cluster.
 		sums := map[string]string{}
 		for _, v := range volumes {
 			dir := bcacheDir(v)
-			sums[v] = guest(t, ctx, vm, "echo 0 > "+dir+"/cache/congested_read_threshold_us && echo 0 > "+dir+"/cache/congested_write_threshold_us && "+
+			sums[v] = guest(t, ctx, vm, vmharness.CongestionOff(dir+"/cache")+" && "+
 				"echo 0 > "+dir+"/writeback_running && head -c 8M /dev/urandom > /root/"+v+".bin && "+
 				"dd if=/root/"+v+".bin of=/dev/flashcache/"+v+" bs=1M oflag=direct status=none && sha256sum < /root/"+v+".bin")
 			dirty := guest(t, ctx, vm, "cat "+dir+"/dirty_data")

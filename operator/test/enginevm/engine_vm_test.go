@@ -529,7 +529,7 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	// bcache also sends sequential I/O around a cache device slower than 2 ms per read
 	// (congestion). Under emulation on a busy 2-core host the NVMe is that slow at times, and a
 	// bypass for congestion would pass for (or hide) the cutoff this step is about.
-	g.sh(t, "echo 0 > "+bc+"cache/congested_read_threshold_us && echo 0 > "+bc+"cache/congested_write_threshold_us")
+	g.sh(t, vmharness.CongestionOff(bc+"cache"))
 	t.Cleanup(func() {
 		g.sh(t, "echo 2000 > "+bc+"cache/congested_read_threshold_us && echo 20000 > "+bc+"cache/congested_write_threshold_us")
 	})

@@ -72,7 +72,7 @@ func TestPoolCacheDeviceLoss(t *testing.T) {
 			// Congestion would send writes around an emulated NVMe on a busy host; and dirty-one's
 			// writeback is stopped, so that what is written stays dirty however idle the set looks.
 			g.sh(t, "d=/sys/block/$(basename $(readlink -f /dev/flashcache/dirty-one))/bcache; "+
-				"echo 0 > $d/cache/congested_read_threshold_us; echo 0 > $d/cache/congested_write_threshold_us; echo 0 > $d/writeback_running")
+				vmharness.CongestionOff("$d/cache")+" && echo 0 > $d/writeback_running")
 			for _, name := range []string{"clean-one", "dirty-one"} {
 				g.sh(t, "head -c 16M /dev/urandom | dd of=/dev/flashcache/"+name+" bs=1M iflag=fullblock oflag=direct status=none")
 			}

@@ -211,7 +211,7 @@ func testCarvedVolumesKeepTheirOwnData(t *testing.T, g *guest) {
 	// writeback mode too), which an emulated NVMe on a busy host is: off for this test, whose
 	// subject is where dirty data goes, not congestion.
 	g.sh(t, "set=/sys/block/$(basename $(readlink -f /dev/flashcache/carved-a))/bcache/cache; "+
-		"echo 0 > $set/congested_read_threshold_us; echo 0 > $set/congested_write_threshold_us")
+		vmharness.CongestionOff("$set"))
 	// bcache's own writeback runs per volume at a rate its controller picks from the set's load
 	// (full speed when the set looks idle, which under emulation each status command's seconds
 	// are), so how much of 32 MiB is still dirty a minute later is the host's business. Stopped

@@ -12,6 +12,7 @@ import (
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/bench/results"
+	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
 // storage is one configuration of the comparison: how to build the volume on blank disks, and
@@ -149,9 +150,7 @@ echo /dev/$(basename $(readlink -f /sys/block/$(basename $(readlink -f $HDD))/bc
 			"  cacheSequentialUntilFull: false\n"),
 		fc("flashcache-fifo", "defaults with replacementPolicy fifo (bcache's lru is the default)", "  replacementPolicy: fifo\n"),
 		withAfterApply(fc("flashcache-congestion-off", "defaults with bcache's congestion thresholds off: no read or write goes around a busy cache", ""),
-			`set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))
-echo 0 >/sys/fs/bcache/$set/congested_read_threshold_us
-echo 0 >/sys/fs/bcache/$set/congested_write_threshold_us`),
+			"set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))\n"+vmharness.CongestionOff("/sys/fs/bcache/$set")),
 		{Config: results.Config{Name: "flashcache-carved", Description: "defaults, on a volume carved from a pool (a logical volume on the HDD, the pool's cache set on the SSD), alone on it", Cached: true,
 			DirtyAgeBoundSeconds: dirtyAgeBound("").Seconds()},
 			kind: flashcache, setup: carvedSetup(false), backing: "/dev/fcp-bench/fc-bench", flushVolume: "bench"},
