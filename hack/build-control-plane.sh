@@ -99,19 +99,38 @@ present() { # component
 	esac
 }
 
-missing=()
-for c in "${components[@]}"; do
-	present "$c" || missing+=("$c")
-done
+# print_folder: says where the binaries are, prints the folder and ends the script.
+print_folder() {
+	log "binaries in $out_dir"
+	printf '%s\n' "$out_dir"
+	exit 0
+}
+
+# find_missing: sets missing to the components asked for that are not built yet.
+find_missing() {
+	missing=()
+	local c
+	for c in "${components[@]}"; do
+		present "$c" || missing+=("$c")
+	done
+}
+find_missing
 
 if [[ ${#missing[@]} -gt 0 ]]; then
 	# Serialise concurrent runs on the same folder: the second one waits and
-	# then finds the binaries already built.
+	# then finds the binaries already built. It looks again every few seconds
+	# while it waits, and goes on as soon as what it asked for is there: the
+	# other run may be building more (make test's preparation builds kubelet
+	# after the components test-e2e waits for, and kube-apiserver after the
+	# helm verify-generated waits for).
 	if command -v flock >/dev/null 2>&1; then
 		exec 9>"$out_dir/.lock"
 		if ! flock -n 9; then
 			log "waiting for another build in $out_dir"
-			flock 9
+			until flock -w 5 9; do
+				find_missing
+				[[ ${#missing[@]} -gt 0 ]] || print_folder
+			done
 		fi
 		# Holding the lock: leftovers of killed runs can go.
 		rm -rf "$out_dir"/.build.*
@@ -181,5 +200,4 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 	done
 fi
 
-log "binaries in $out_dir"
-printf '%s\n' "$out_dir"
+print_folder
