@@ -159,7 +159,7 @@ ip netns exec "$ns" env KUBEBUILDER_ASSETS="$assets" "$work/democluster" --dir "
 	--node-images "$node_images" --tap "$tap" --address "$host_ip" --node-ip "$node_ip" --pod-cidr "$pod_cidr" --node-name "$node" --pause-image "$pause_image" \
 	>"$work/democluster.out" 2>"$work/democluster.log" &
 cluster_pid=$!
-ready() { grep -qx ready "$work/democluster.out"; }
+ready() { grep -qsx ready "$work/democluster.out"; }
 alive() { kill -0 "$cluster_pid" 2>/dev/null; }
 until ready || ! alive; do sleep 1; done
 check "control plane up and the node Ready" ready
