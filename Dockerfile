@@ -25,7 +25,8 @@ RUN --mount=type=cache,target=/go/pkg/mod \
 COPY operator/ ./
 ARG VERSION=dev
 ARG COMMIT=
-# Same flags as `make build`; the cache mounts keep the compiled packages between builds.
+# `make build`'s flags, and -trimpath: the image's binary names no build folder. The cache mounts
+# keep the compiled packages between builds.
 RUN --mount=type=cache,target=/go/pkg/mod \
 	--mount=type=cache,target=/root/.cache/go-build \
 	go build -trimpath \
