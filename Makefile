@@ -7,8 +7,8 @@ SHELL := /usr/bin/env bash
 # Build caches live outside the checkout, keyed by version, so a fresh clone reuses them.
 export FLASHCACHE_CACHE ?= $(HOME)/.cache/flashcache
 export GOWORK := off
-# One set of compile flags for vet, the tests and the binaries: cgo off (the binaries run in
-# images and guests without a C toolchain's libraries) and no -trimpath (testenv finds the
+# One set of compile flags for vet, the tests and the binaries: cgo off (static binaries, which
+# the image, the guests and the Ansible role take as they are) and no -trimpath (testenv finds the
 # checkout from its source path). Each flag changes every package's cache key, so with two sets a
 # fresh machine compiled the operator's dependencies twice: the binaries' second compile took
 # 174 CPU seconds cold. The image's own build keeps -trimpath (Dockerfile).
