@@ -414,3 +414,31 @@ func TestEveryGuestsBarriersAreHostFences(t *testing.T) {
 		}
 	}
 }
+
+// The lines of the bcache BUG that once held a test's apply until its deadline, and lines that
+// failure tests cause on purpose, which are no crash.
+func TestAKernelBUGIsACrashAndADeviceErrorIsNot(t *testing.T) {
+	bug := `[  102.871118] bcache: bch_cache_set_error() error on 078640b9: accessing uuids, disabling caching
+[  102.876306] ------------[ cut here ]------------
+[  102.878563] kernel BUG at drivers/md/bcache/super.c:660!
+[  102.880676] invalid opcode: 0000 [#1] PREEMPT SMP NOPTI
+[  102.882300] RIP: 0010:bch_prio_write+0x343/0x4e0 [bcache]
+`
+	if got, want := crashIn([]byte(bug)), "[  102.878563] kernel BUG at drivers/md/bcache/super.c:660!"; got != want {
+		t.Errorf("crashIn(the bcache BUG) = %q, want %q", got, want)
+	}
+	nullDeref := "[ 5.1] BUG: kernel NULL pointer dereference, address: 0000000000000008\n[ 5.1] #PF: supervisor read access in kernel mode\n[ 5.1] Oops: 0000 [#1] PREEMPT SMP NOPTI\n"
+	if got, want := crashIn([]byte(nullDeref)), "[ 5.1] BUG: kernel NULL pointer dereference, address: 0000000000000008"; got != want {
+		t.Errorf("crashIn(a NULL dereference) = %q, want %q", got, want)
+	}
+	noCrash := `[   70.454072] I/O error, dev sda, sector 84608 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 0
+[   70.454306] bcache: bch_count_backing_io_errors() sda: IO error on backing device, unrecoverable
+[   89.897674] bcache: bch_count_io_errors() nvme0n1p1: IO error on reading from cache, recovering.
+[  120.1] INFO: task flashcache:650 blocked for more than 120 seconds.
+[  130.2] WARNING: CPU: 1 PID: 297 at drivers/md/bcache/writeback.c:100 update_writeback_rate+0x1/0x2
+[  280.6] watchdog: BUG: soft lockup - CPU#0 stuck for 261s! [cryptomgr_test:52]
+`
+	if got := crashIn([]byte(noCrash)); got != "" {
+		t.Errorf("crashIn(device errors, a hung task, a warning, a stall) = %q, want none", got)
+	}
+}

@@ -10,13 +10,18 @@ import (
 	"os"
 	"path"
 	"strings"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
 
+// crashCheckInterval is how often a running command's console is read for a kernel crash.
+const crashCheckInterval = 2 * time.Second
+
 // Run runs cmd through root's shell in the guest. A command that runs and fails is not an
 // error: its status is in exitCode. err is for everything else (no connection, ctx done, the
-// connection dropped before a status arrived), and exitCode is then -1.
+// connection dropped before a status arrived, the guest's kernel crashed while it ran), and
+// exitCode is then -1.
 func (vm *VM) Run(ctx context.Context, cmd string) (stdout, stderr string, exitCode int, err error) {
 	var out, errOut bytes.Buffer
 	code, err := vm.run(ctx, cmd, nil, &out, &errOut)
@@ -88,12 +93,26 @@ func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stde
 	}
 	done := make(chan error, 1)
 	go func() { done <- session.Wait() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		_ = session.Signal(ssh.SIGKILL)
-		session.Close()
-		return -1, fmt.Errorf("vmharness: %q: %w", cmd, ctx.Err())
+	// A command that waits on a thread the guest's kernel lost to a crash waits for good: the
+	// console says so at once, and the command ends with that line instead of at its deadline.
+	consoleAt := fileSize(vm.console)
+	crashCheck := time.NewTicker(crashCheckInterval)
+	defer crashCheck.Stop()
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-ctx.Done():
+			_ = session.Signal(ssh.SIGKILL)
+			session.Close()
+			return -1, fmt.Errorf("vmharness: %q: %w", cmd, ctx.Err())
+		case <-crashCheck.C:
+			if line := crashIn(consoleSince(vm.console, consoleAt)); line != "" {
+				_ = session.Signal(ssh.SIGKILL)
+				session.Close()
+				return -1, fmt.Errorf("vmharness: %q: the guest's kernel crashed while it ran: %s", cmd, line)
+			}
+		}
 	}
 	var exitErr *ssh.ExitError
 	switch {

@@ -402,9 +402,23 @@ func consoleSince(console string, offset int64) []byte {
 	return text
 }
 
+// crashMarkers are what the guest's kernel prints when a thread hits a bug it cannot go on from:
+// a BUG_ON, an oops, a protection fault. The thread is gone, and whatever waits on it (a sysfs
+// write, an I/O) waits for good: bcache's allocator thread once hit a BUG_ON as a lost SSD's set
+// failed, and the apply that failed it waited until its test's 20-minute deadline.
+var crashMarkers = [][]byte{[]byte("kernel BUG at"), []byte("BUG: kernel NULL pointer dereference"),
+	[]byte("BUG: unable to handle"), []byte("general protection fault"), []byte("Oops: ")}
+
 // stallIn is the first stall report in text, or "".
-func stallIn(text []byte) string {
-	for _, m := range stallMarkers {
+func stallIn(text []byte) string { return firstLineWith(text, stallMarkers) }
+
+// crashIn is the first line of text that reports a kernel crash, or "".
+func crashIn(text []byte) string { return firstLineWith(text, crashMarkers) }
+
+// firstLineWith is the first line of text that holds one of markers (the first marker found
+// first), or "".
+func firstLineWith(text []byte, markers [][]byte) string {
+	for _, m := range markers {
 		if i := bytes.Index(text, m); i >= 0 {
 			line := text[bytes.LastIndexByte(text[:i], '\n')+1:]
 			if j := bytes.IndexByte(line, '\n'); j >= 0 {

@@ -118,6 +118,19 @@ func TestVMHasWhatKernelTestsNeed(t *testing.T) {
 		}
 	})
 
+	// A command waiting on a thread the kernel lost to a crash would wait for good; the harness
+	// ends it when the console reports the crash. What is written to /dev/kmsg reaches the
+	// console as the kernel's own lines do, so a written line stands for a crash without one.
+	t.Run("a kernel crash on the console ends the command", func(t *testing.T) {
+		began := time.Now()
+		_, _, code, err := vm.Run(ctx, "echo 'kernel BUG at vmharness/vm_test.go (written by the test, not a crash)' > /dev/kmsg; sleep 60")
+		if err == nil || !strings.Contains(err.Error(), "the guest's kernel crashed while it ran: ") || !strings.Contains(err.Error(), "written by the test") {
+			t.Fatalf("exit %d, error %v: want the crash's line as the error", code, err)
+		}
+		if took := time.Since(began); took > 20*time.Second {
+			t.Errorf("the command ended %s after the crash's line, want within seconds", took.Round(time.Second))
+		}
+	})
 	t.Run("HDD throughput", func(t *testing.T) {
 		seq := fio(t, vm, ctx, "--rw=write --bs=1M --size=256M --iodepth=4", hdd)
 		rnd := fio(t, vm, ctx, "--rw=randread --bs=4k --iodepth=16 --runtime=5 --time_based", hdd)
