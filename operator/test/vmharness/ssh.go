@@ -88,14 +88,21 @@ func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stde
 	}
 	defer session.Close()
 	session.Stdin, session.Stdout, session.Stderr = stdin, stdout, stderr
+	// A command that waits on a thread the guest's kernel lost to a crash waits for good: the
+	// console says so at once, and the command ends with that line instead of at its deadline.
+	// Read from before the start, so that a crash the command causes at once is not missed.
+	consoleAt := fileSize(vm.console)
 	if err := session.Start(cmd); err != nil {
 		return -1, fmt.Errorf("vmharness: start %q: %w", cmd, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- session.Wait() }()
-	// A command that waits on a thread the guest's kernel lost to a crash waits for good: the
-	// console says so at once, and the command ends with that line instead of at its deadline.
-	consoleAt := fileSize(vm.console)
+	// stop kills a command that will not end by itself, and says why.
+	stop := func(why error) (int, error) {
+		_ = session.Signal(ssh.SIGKILL)
+		session.Close()
+		return -1, fmt.Errorf("vmharness: %q: %w", cmd, why)
+	}
 	crashCheck := time.NewTicker(crashCheckInterval)
 	defer crashCheck.Stop()
 	for waiting := true; waiting; {
@@ -103,14 +110,10 @@ func (vm *VM) run(ctx context.Context, cmd string, stdin io.Reader, stdout, stde
 		case err = <-done:
 			waiting = false
 		case <-ctx.Done():
-			_ = session.Signal(ssh.SIGKILL)
-			session.Close()
-			return -1, fmt.Errorf("vmharness: %q: %w", cmd, ctx.Err())
+			return stop(ctx.Err())
 		case <-crashCheck.C:
 			if line := crashIn(consoleSince(vm.console, consoleAt)); line != "" {
-				_ = session.Signal(ssh.SIGKILL)
-				session.Close()
-				return -1, fmt.Errorf("vmharness: %q: the guest's kernel crashed while it ran: %s", cmd, line)
+				return stop(fmt.Errorf("the guest's kernel crashed while it ran: %s", line))
 			}
 		}
 	}
