@@ -174,12 +174,12 @@ step "helm install the chart and its CSI driver (images loaded on the node: pull
 # node a replica the drain evicts can come back only there. The budget lets the drain take one
 # at a time, so one always answers.
 helm install flashcache charts/flashcache --namespace flashcache-system --create-namespace \
-	--set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
+	--set image.repository="${image%:*}" --set-string image.tag="${image##*:}" --set image.pullPolicy=Never \
 	--set 'operator.tolerations[0].key=node.kubernetes.io/unschedulable' \
 	--set 'operator.tolerations[0].operator=Exists' --set 'operator.tolerations[0].effect=NoSchedule' \
 	--set csi.enabled=true \
-	--set csi.provisioner.image.repository="${provisioner_image%:*}" --set csi.provisioner.image.tag="${provisioner_image##*:}" \
-	--set csi.resizer.image.repository="${resizer_image%:*}" --set csi.resizer.image.tag="${resizer_image##*:}" \
+	--set csi.provisioner.image.repository="${provisioner_image%:*}" --set-string csi.provisioner.image.tag="${provisioner_image##*:}" \
+	--set csi.resizer.image.repository="${resizer_image%:*}" --set-string csi.resizer.image.tag="${resizer_image##*:}" \
 	--wait --timeout 10m | indent || {
 	# What kept the pods from Ready: the kubelet's view, which goes with the VM.
 	k get pods -n flashcache-system -o wide

@@ -117,6 +117,40 @@ func TestChartCopiesAreTheProjectsFiles(t *testing.T) {
 	}
 }
 
+// helm's --set reads an all-digit value as a number, and the schema refuses a number where it
+// wants an image tag: a commit whose short hash was all digits (3866906) failed the demo's
+// install. Every helm command the project runs or tells a user to run sets tags with --set-string.
+var tagSetAsNumber = regexp.MustCompile(`--set(\s+|=)['"]?[A-Za-z0-9_.\[\]]*\btag=`)
+
+func TestImageTagsAreSetAsStrings(t *testing.T) {
+	root := testenv.RepoRoot()
+	var files []string
+	for _, pattern := range []string{"Makefile", "README.md", "hack/*.sh", "docs/*.md",
+		"charts/flashcache/README.md", "charts/flashcache/templates/NOTES.txt"} {
+		matches, err := filepath.Glob(filepath.Join(root, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, matches...)
+	}
+	if len(files) < 5 {
+		t.Fatalf("found %d files to read under %s, want the scripts and docs", len(files), root)
+	}
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(raw), "\n") {
+			if tagSetAsNumber.MatchString(line) {
+				rel, _ := filepath.Rel(root, f)
+				t.Errorf("%s:%d sets an image tag with --set, which makes an all-digit tag a number the schema refuses; use --set-string:\n%s",
+					rel, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
 // The schema takes the StorageClass parameters the CSI driver takes, no more and no fewer.
 func TestChartStorageClassParametersAreTheDriversTunables(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(testenv.ChartDir(), "values.schema.json"))

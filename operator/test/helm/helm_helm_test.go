@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -95,6 +96,30 @@ func TestChartRejectsBadValuesNamingTheField(t *testing.T) {
 		if !strings.Contains(out, tc.field) {
 			t.Errorf("--set %s: the error does not name %s:\n%s", tc.set, tc.field, out)
 		}
+	}
+}
+
+// A short commit hash can be all digits: given with --set it is a number, which the schema
+// refuses naming the field; with --set-string it is the tag every image of the chart runs.
+func TestAnAllDigitImageTagIsATag(t *testing.T) {
+	if out, err := helm(t, "template", "x", ".", "--set", "image.tag=3866906"); err == nil || !strings.Contains(out, "/image/tag") {
+		t.Errorf("--set image.tag=3866906: want a refusal naming /image/tag, got err %v:\n%s", err, out)
+	}
+	out, err := helm(t, "template", "x", ".", "--set", "image.repository=flashcache", "--set-string", "image.tag=3866906")
+	if err != nil {
+		t.Fatalf("--set-string image.tag=3866906: %v\n%s", err, out)
+	}
+	images := regexp.MustCompile(`(?m)^\s+image: "?([^"\s]+)"?$`).FindAllStringSubmatch(out, -1)
+	if len(images) < 2 {
+		t.Fatalf("found %d images in the rendered chart, want the operator's and the agent's", len(images))
+	}
+	for _, m := range images {
+		if strings.HasPrefix(m[1], "flashcache:") && m[1] != "flashcache:3866906" {
+			t.Errorf("rendered image %s, want flashcache:3866906", m[1])
+		}
+	}
+	if !strings.Contains(out, "flashcache:3866906") {
+		t.Errorf("no image flashcache:3866906 in the rendered chart")
 	}
 }
 
