@@ -211,7 +211,10 @@ func testBackgroundFlush(t *testing.T, g *guest) {
 	if code != 0 {
 		t.Fatalf("flush --background --wait: exit %d\n%s", code, r)
 	}
-	if !strings.Contains(stderr, "flush pass (requested)") {
+	// The pass is the request's, or the flush period's when the period (its clock running since
+	// the earlier steps, agePeriod long) is due by then, as on a busy machine: either way one pass
+	// serves the request.
+	if !strings.Contains(stderr, "flush pass (requested)") && !strings.Contains(stderr, "flush pass (flushPeriod)") {
 		t.Errorf("no progress printed:\n%s", stderr)
 	}
 	if strings.Contains(modes, "writethrough") {
