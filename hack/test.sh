@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # make test: every tier, in the order and grouping that fits a 2-core machine.
 #
-#   hack/test.sh "FIRST TIERS" "LAST TIERS" "LANE 1 TIERS" "LANE 2 TIERS" ...
+#   hack/test.sh "FIRST TIERS" "LAST TIERS" SIDE_BY_SIDE "QUEUED TIERS"
 #
 # 1. `make test-prepare` starts in the background, at a lower priority: the cold builds and
 #    installs (control plane, VM image, Ansible, the images), which on a fresh machine wait on the
 #    network and on single-threaded links as much as on the CPU.
 # 2. The serial tiers run one after another in the foreground, their output as it comes.
-# 3. Then the lanes run side by side, each its tiers one after another: the kernel-level tiers
-#    spend much of their time waiting on emulated disks, sleeps and boots with one busy vCPU,
-#    which leaves a core for the other lane.
-# 4. Last, the last tiers one after another, alone: those not yet seen to pass beside a lane.
+# 3. Then SIDE_BY_SIDE workers run the queued tiers: each takes the queue's next tier when its
+#    last one ends, so the tiers start in the queue's order, at most SIDE_BY_SIDE at a time. The
+#    kernel-level tiers spend much of their time waiting on emulated disks, sleeps and boots, which
+#    leaves CPU for the others. A queue rather than fixed lanes: whichever tier ends first frees
+#    its place for the next, so no lane idles at the end while another still has two tiers to go.
+# 4. Last, the last tiers one after another, alone: those not yet seen to pass beside others.
 # A tier that needs what the preparation is still building waits for it through the build
 # scripts' locks (hack/lib/lock.sh, and build-control-plane.sh's own) and then finds it built.
 #
 # Every tier's output goes to $TEST_LOGS/<tier>.log (default test-logs/ in the checkout); a line
 # says when each starts and ends, a failed tier's whole log is printed, and the times go to
-# $TEST_LOGS/times.tsv and a table at the end. A lane's failed tier does not stop the lane: one
-# run reports every tier that fails (a CI run is an hour; a lane that stopped at its first
-# failure left the next tier untried and unlisted), and the run fails.
+# $TEST_LOGS/times.tsv and a table at the end. A failed queued tier does not stop the queue: one
+# run reports every tier that fails (a CI run is an hour; a run that stopped at its first
+# failure left the next tiers untried and unlisted), and the run fails.
 #
 # Every tier runs under one deadline, TEST_DEADLINE_SECONDS after the start (default 87 minutes:
 # inside CI's 90, with room for the KILL a minute after it): a tier still running then is
@@ -35,8 +37,8 @@ cd "$root"
 source hack/lib/packages.sh
 require make
 
-((${#@} >= 2)) || {
-	echo "usage: $0 'FIRST TIERS' 'LAST TIERS' ['LANE TIERS'...]" >&2
+(($# == 4)) && [[ $3 =~ ^[1-9][0-9]*$ ]] || {
+	echo "usage: $0 'FIRST TIERS' 'LAST TIERS' SIDE_BY_SIDE 'QUEUED TIERS'" >&2
 	exit 2
 }
 logs=${TEST_LOGS:-$root/test-logs}
@@ -84,7 +86,7 @@ tier() {
 	say "start $name"
 	# timeout runs make in a process group of its own and signals all of it: go test, QEMU and
 	# the demo's cluster stop with it (exit 124, or 137 when it took a KILL). Being a group of its
-	# own, the lanes' kill at exit does not reach it: the exit trap signals it by its pid file.
+	# own, the workers' kill at exit does not reach it: the exit trap signals it by its pid file.
 	if [[ -n $log ]]; then
 		timeout --kill-after=60 "$left" make --no-print-directory "$name" >"$log" 2>&1 &
 	else
@@ -166,20 +168,34 @@ if ((failed)); then
 	exit 1
 fi
 
-lanes=()
-for lane in "$@"; do
+# The queue: one tier a line, taken from the top under a lock by whichever worker is free.
+queue=$logs/.queue
+read -r -a queued <<<"$2"
+printf '%s\n' "${queued[@]}" >"$queue"
+# next_tier: prints the queue's next tier and takes it off; fails when the queue is empty.
+next_tier() {
 	(
-		read -r -a names <<<"$lane"
+		flock 9
+		local name
+		name=$(head -n 1 "$queue")
+		[[ -n $name ]] || exit 1
+		sed -i 1d "$queue"
+		echo "$name"
+	) 9>"$queue.lock"
+}
+workers=()
+for ((i = 0; i < $1; i++)); do
+	(
 		rc=0
-		for name in "${names[@]}"; do
+		while name=$(next_tier); do
 			tier "$name" "$logs/$name.log" || rc=1
 		done
 		exit "$rc"
 	) &
-	lanes+=("$!")
+	workers+=("$!")
 done
-trap 'for pid in "$prepare" "${lanes[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; stop_tiers' EXIT
-for pid in "${lanes[@]}"; do
+trap 'for pid in "$prepare" "${workers[@]}"; do kill -- "-$pid" 2>/dev/null || true; done; stop_tiers' EXIT
+for pid in "${workers[@]}"; do
 	wait "$pid" || failed=1
 done
 if ((!failed)); then
