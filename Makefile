@@ -76,7 +76,7 @@ $(CRD_REF_DOCS):
 	mkdir -p $(dir $@)
 	cd hack/tools && go build -mod=readonly -o $@.tmp github.com/elastic/crd-ref-docs && mv $@.tmp $@
 
-# Under a lock: make test's preparation builds it while a lane's test-helm may ask for it too.
+# Under a lock: make test's preparation builds it while a queued test-helm may ask for it too.
 $(PROMTOOL):
 	mkdir -p $(dir $@)
 	flock $@.lock sh -c 'test -x $@ || { cd hack/tools/promtool && CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" -o $@.tmp github.com/prometheus/prometheus/cmd/promtool && mv $@.tmp $@; }'
@@ -198,7 +198,7 @@ test-demo: ## Run the demo non-interactively and check what it shows (rows intac
 # The guests of test-durability and test-ansible have one vCPU (on a machine that could have two,
 # so that TCG keeps the guest's memory barriers: see vmharness's qemuArgs): beside the other tiers
 # they used a third less CPU with one than with two (test-ansible 1449 CPU seconds against 1972),
-# which is what a lane's time follows on a busy machine. test-vm's and test-e2e's keep two: with
+# which is what a tier's time follows on a busy machine. test-vm's and test-e2e's keep two: with
 # one, test-vm's reboots took twice as long and test-e2e took 2447 s against 2042
 # (docs/testing.md).
 GUEST_VCPUS := 1

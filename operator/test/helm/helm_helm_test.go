@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -109,17 +108,28 @@ func TestAnAllDigitImageTagIsATag(t *testing.T) {
 	if err != nil {
 		t.Fatalf("--set-string image.tag=3866906: %v\n%s", err, out)
 	}
-	images := regexp.MustCompile(`(?m)^\s+image: "?([^"\s]+)"?$`).FindAllStringSubmatch(out, -1)
-	if len(images) < 2 {
-		t.Fatalf("found %d images in the rendered chart, want the operator's and the agent's", len(images))
-	}
-	for _, m := range images {
-		if strings.HasPrefix(m[1], "flashcache:") && m[1] != "flashcache:3866906" {
-			t.Errorf("rendered image %s, want flashcache:3866906", m[1])
+	var workloads int
+	for _, o := range renderedObjects(t, out) {
+		var spec corev1.PodSpec
+		switch o.Kind {
+		case "Deployment":
+			var d appsv1.Deployment
+			decode(t, o.raw, &d)
+			spec = d.Spec.Template.Spec
+		case "DaemonSet":
+			var d appsv1.DaemonSet
+			decode(t, o.raw, &d)
+			spec = d.Spec.Template.Spec
+		default:
+			continue
+		}
+		workloads++
+		if got := spec.Containers[0].Image; got != "flashcache:3866906" {
+			t.Errorf("%s runs %s, want flashcache:3866906", o.Kind, got)
 		}
 	}
-	if !strings.Contains(out, "flashcache:3866906") {
-		t.Errorf("no image flashcache:3866906 in the rendered chart")
+	if workloads < 2 {
+		t.Errorf("rendered %d Deployments and DaemonSets, want the operator's and the agent's", workloads)
 	}
 }
 
