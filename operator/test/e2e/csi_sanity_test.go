@@ -6,6 +6,7 @@ import (
 	"context"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,16 @@ const (
 	// sanityRetryFor bounds how long a call is asked again while the agent builds or tears down
 	// the volume it names.
 	sanityRetryFor = 3 * time.Minute
+	// sanityRetryEvery is how soon it is asked again: the suite's 45 specs wait this way for the
+	// agent one after another, so half of it, on average, is added to each wait.
+	sanityRetryEvery = 500 * time.Millisecond
 )
+
+// sanityWaits counts the calls asked again and the time they waited, for the test's log.
+var sanityWaits struct {
+	calls  atomic.Int64
+	waited atomic.Int64 // nanoseconds
+}
 
 // retryWhileBuilding retries a call the driver answers with Unavailable, as the kubelet and the
 // external-provisioner do: a volume that CreateVolume returned is built by the agent afterwards
@@ -41,16 +51,21 @@ const (
 // is; DeleteVolume says "being flushed and torn down" until the agent has given the space back.
 // csi-sanity asks once, so its clients ask again the way the sidecars would.
 func retryUnavailable(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	deadline := time.Now().Add(sanityRetryFor)
-	for {
+	start := time.Now()
+	deadline := start.Add(sanityRetryFor)
+	for asked := 0; ; asked++ {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			if asked > 0 {
+				sanityWaits.calls.Add(1)
+				sanityWaits.waited.Add(int64(time.Since(start)))
+			}
 			return err
 		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(2 * time.Second):
+		case <-time.After(sanityRetryEvery):
 		}
 	}
 }
@@ -118,7 +133,10 @@ func testCSISanity(t *testing.T, ctx context.Context, vm *vmharness.VM, k8s clie
 			return sanity.PathIsOther, nil
 		}
 	}
+	sanityStart := time.Now()
 	sanity.Test(t, config)
+	t.Logf("csi-sanity took %s; %d calls waited for the agent, %s in all", time.Since(sanityStart).Round(time.Second),
+		sanityWaits.calls.Load(), time.Duration(sanityWaits.waited.Load()).Round(time.Second))
 
 	// Every volume the suite made was deleted through DeleteVolume; the agent tears each down.
 	eventually(t, ctx, 5*time.Minute, "no volume left on the sanity pool", func(ctx context.Context) (string, bool, error) {
