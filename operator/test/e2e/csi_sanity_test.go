@@ -45,7 +45,7 @@ var sanityWaits struct {
 	waited atomic.Int64 // nanoseconds
 }
 
-// retryWhileBuilding retries a call the driver answers with Unavailable, as the kubelet and the
+// retryUnavailable retries a call the driver answers with Unavailable, as the kubelet and the
 // external-provisioner do: a volume that CreateVolume returned is built by the agent afterwards
 // (a logical volume, bcache's registration), and NodeStageVolume says "not built yet" until it
 // is; DeleteVolume says "being flushed and torn down" until the agent has given the space back.
