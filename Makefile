@@ -125,13 +125,12 @@ image: ## Build the image (flashcache:VERSION and flashcache:dev), with docker a
 # NVMe commands in test-ansible's one-vCPU guest: a TCG barrier matter, fixed in vmharness's
 # qemuArgs. test-demo waits behind test-bench-smoke although it is longer: its node's guest and
 # control plane keep a core busy for as long as it runs, so beside three guests it took 880 s and
-# 808 CPU seconds warm against 512-554 s and 506-564 beside fewer. test-ansible starts before
-# test-durability: warm at ea8b0e3 durability (602 s), then ansible (1014), then the demo (512)
-# ran one after another and the demo ended the run alone, at 2164 s, 300 s after the rest; now
-# the demo follows durability, which follows test-vm-engine.
+# 808 CPU seconds warm against 512-554 s and 506-564 beside fewer: 2164 s warm at ea8b0e3. With
+# test-ansible before test-durability (d370835) the demo started beside two guests and took 895 s:
+# 2352 s warm, so durability stays first.
 # TEST_LAST runs alone after the queue, for a tier that cannot share the machine (none today).
 TEST_FIRST := lint test-unit verify-generated
-TEST_QUEUE := test-e2e test-vm-engine test-ansible test-durability test-vm-faults \
+TEST_QUEUE := test-e2e test-vm-engine test-durability test-ansible test-vm-faults \
 	test-bench-smoke test-demo test-envtest test-helm test-krew policy-scan
 TEST_SIDE_BY_SIDE := 3
 TEST_LAST :=
