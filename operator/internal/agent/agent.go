@@ -474,7 +474,12 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fcv1.FlashCacheVolume{}).
 		// A volume waiting for its pool is built as soon as the pool is.
-		Watches(&fcv1.FlashCachePool{}, handler.EnqueueRequestsFromMapFunc(r.volumesOfPool)).
+		Watches(&fcv1.FlashCachePool{}, handler.EnqueueRequestsFromMapFunc(r.volumesOfPool),
+			builder.WithPredicates(predicate.Funcs{
+				UpdateFunc: func(e event.UpdateEvent) bool {
+					return poolChangedItsVolumes(e.ObjectOld.(*fcv1.FlashCachePool), e.ObjectNew.(*fcv1.FlashCachePool))
+				},
+			})).
 		Watches(&corev1.Node{}, handler.EnqueueRequestsFromMapFunc(r.allVolumes),
 			builder.WithPredicates(predicate.Funcs{
 				UpdateFunc: func(e event.UpdateEvent) bool {

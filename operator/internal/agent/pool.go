@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -16,11 +18,14 @@ import (
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
@@ -67,6 +72,12 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			return ctrl.Result{}, fmt.Errorf("adding the finalizer of pool %s: %w", pool.Name, err)
 		}
 	}
+	// Most runs follow a volume built or removed and only read the free space again: a look
+	// with the devices shared, beside the pool's volumes. A pool that needs a step, or is refused,
+	// is found so again with them taken alone, and only then acted on or reported.
+	if status, ok := r.lookAtPool(ctx, p); ok {
+		return ctrl.Result{}, r.poolReady(ctx, &pool, status)
+	}
 	unlock, res, err := lockPool(ctx, p)
 	if unlock == nil {
 		return res, err
@@ -79,10 +90,24 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if applied.Changed {
 		r.Recorder.Eventf(&pool, nil, corev1.EventTypeNormal, fcv1.ReasonProvisioned, "Apply", "%d steps: the cache set and the volume group are ready", len(applied.Steps))
 	}
+	return ctrl.Result{}, r.poolReady(ctx, &pool, &applied.Status)
+}
+
+// lookAtPool reads a pool that stands as its spec asks, with its devices taken shared; false when
+// they are taken alone, or the pool needs more than a look.
+func (r *PoolReconciler) lookAtPool(ctx context.Context, p engine.Pool) (*engine.PoolStatus, bool) {
+	unlock, err := engine.LockPoolToLook(ctx, p, lockWait)
+	if err != nil {
+		return nil, false
+	}
+	defer unlock()
+	return r.Engine.PoolAsBuilt(ctx, p)
+}
+
+func (r *PoolReconciler) poolReady(ctx context.Context, pool *fcv1.FlashCachePool, s *engine.PoolStatus) error {
 	msg := fmt.Sprintf("cache set %s on %s of the SSD; volume group %s, %s of %s free",
-		applied.Status.CacheSetUUID, quantity(applied.Status.CacheCapacityBytes), applied.Status.VolumeGroup,
-		quantity(applied.Status.AllocatableBytes), quantity(applied.Status.CapacityBytes))
-	return ctrl.Result{}, r.applyPoolStatus(ctx, &pool, &applied.Status, fcv1.PoolPhaseReady,
+		s.CacheSetUUID, quantity(s.CacheCapacityBytes), s.VolumeGroup, quantity(s.AllocatableBytes), quantity(s.CapacityBytes))
+	return r.applyPoolStatus(ctx, pool, s, fcv1.PoolPhaseReady,
 		condition(fcv1.ConditionProvisioned, metav1.ConditionTrue, fcv1.ReasonProvisioned, msg))
 }
 
@@ -186,12 +211,56 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 				return []reconcile.Request{{NamespacedName: types.NamespacedName{Name: fcv.Spec.Pool.Name}}}
 			}
 			return nil
+		}), builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(e event.UpdateEvent) bool {
+				return volumeChangedItsPool(e.ObjectOld.(*fcv1.FlashCacheVolume), e.ObjectNew.(*fcv1.FlashCacheVolume))
+			},
 		})).
 		WithOptions(controller.Options{
 			RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, 5*time.Minute),
 		}).
 		Named("agent-pool").
 		Complete(r)
+}
+
+// volumeChangedItsPool says whether a volume's update can change its pool's free space or hold
+// up its teardown: not the refreshes of dirty data, hit ratio and wear, which would otherwise
+// make the pool read its disks again every few seconds for each volume.
+func volumeChangedItsPool(old, new *fcv1.FlashCacheVolume) bool {
+	return old.Generation != new.Generation || old.Status.ObservedGeneration != new.Status.ObservedGeneration ||
+		!old.DeletionTimestamp.Equal(new.DeletionTimestamp) || !slices.Equal(old.Finalizers, new.Finalizers) ||
+		conditionStatus(old.Status.Conditions, fcv1.ConditionProvisioned) != conditionStatus(new.Status.Conditions, fcv1.ConditionProvisioned) ||
+		deviceIdentity(old.Status.Device) != deviceIdentity(new.Status.Device)
+}
+
+// poolChangedItsVolumes says whether a pool's update matters to the volumes carved from it: its
+// spec, its readiness (volumes wait for it), its deletion, its cache set, and space given back (a
+// volume refused as PoolFull waits for it). Not the space each of their own builds takes.
+func poolChangedItsVolumes(old, new *fcv1.FlashCachePool) bool {
+	return old.Generation != new.Generation || old.Status.Phase != new.Status.Phase ||
+		old.Status.CacheSetUUID != new.Status.CacheSetUUID || !old.DeletionTimestamp.Equal(new.DeletionTimestamp) ||
+		conditionStatus(old.Status.Conditions, fcv1.ConditionProvisioned) != conditionStatus(new.Status.Conditions, fcv1.ConditionProvisioned) ||
+		(old.Status.Allocatable != nil && new.Status.Allocatable != nil && new.Status.Allocatable.Cmp(*old.Status.Allocatable) > 0)
+}
+
+func conditionStatus(conditions []metav1.Condition, typ string) metav1.ConditionStatus {
+	if c := meta.FindStatusCondition(conditions, typ); c != nil {
+		return c.Status
+	}
+	return ""
+}
+
+// deviceIdentity is what of a volume's device its pool counts: which device, and its size; not
+// its state or mode, which change as data is written and flushed.
+func deviceIdentity(d *fcv1.DeviceStatus) string {
+	if d == nil {
+		return ""
+	}
+	capacity := ""
+	if d.Capacity != nil {
+		capacity = d.Capacity.String()
+	}
+	return strings.Join([]string{d.Name, d.BackingUUID, d.CacheSetUUID, capacity}, "/")
 }
 
 // volumesOfPool are the requests of this node's volumes carved from a pool, so that a volume

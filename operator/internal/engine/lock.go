@@ -53,6 +53,14 @@ func LockPool(ctx context.Context, p Pool, wait time.Duration) (Unlock, error) {
 	return lockPaths(ctx, poolPaths(p), nil, wait)
 }
 
+// LockPoolToLook takes a pool's devices shared, as its carved volumes do: enough to read the
+// pool without a build or teardown changing it underfoot, and not enough to change it. The
+// pool's status follows every volume built or removed; taken alone for that, the pool would
+// stop its volumes converging side by side.
+func LockPoolToLook(ctx context.Context, p Pool, wait time.Duration) (Unlock, error) {
+	return lockPaths(ctx, nil, poolPaths(p), wait)
+}
+
 func poolPaths(p Pool) []string {
 	paths := []string{p.Spec.CacheDevice.Path}
 	for _, d := range p.Spec.BackingDevices {

@@ -68,6 +68,19 @@ func TestCarvedVolumesShareTheirPoolAndKeepItsBuildOut(t *testing.T) {
 	if _, err := LockPool(ctx, pool, 200*time.Millisecond); !errors.Is(err, ErrBusy) {
 		t.Errorf("the pool while its volumes run: got %v, want ErrBusy", err)
 	}
+	unlockLook, err := LockPoolToLook(ctx, pool, 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("a look at the pool while its volumes run: %v", err)
+	}
+	unlockC, err := Lock(ctx, carved("c"), 200*time.Millisecond)
+	if err != nil {
+		t.Fatalf("a carved volume while the pool is looked at: %v", err)
+	}
+	unlockC()
+	if _, err := LockPool(ctx, pool, 200*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Errorf("the pool's build while it is looked at: got %v, want ErrBusy", err)
+	}
+	unlockLook()
 	unlockA()
 	unlockB()
 	unlockPool, err := LockPool(ctx, pool, time.Second)
@@ -76,6 +89,9 @@ func TestCarvedVolumesShareTheirPoolAndKeepItsBuildOut(t *testing.T) {
 	}
 	if _, err := Lock(ctx, carved("a"), 200*time.Millisecond); !errors.Is(err, ErrBusy) {
 		t.Errorf("a carved volume while its pool is built: got %v, want ErrBusy", err)
+	}
+	if _, err := LockPoolToLook(ctx, pool, 200*time.Millisecond); !errors.Is(err, ErrBusy) {
+		t.Errorf("a look at the pool while it is built: got %v, want ErrBusy", err)
 	}
 	unlockPool()
 	if _, err := Lock(ctx, Volume{Name: "lost", Spec: fcv1.FlashCacheVolumeSpec{Pool: &fcv1.PoolVolumeSource{Name: "db"}}}, time.Second); err == nil ||

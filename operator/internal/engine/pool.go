@@ -351,6 +351,21 @@ func (e *Engine) ApplyPool(ctx context.Context, p Pool) (*PoolResult, error) {
 	return res, fmt.Errorf("pool %s did not converge in %d steps", p.Name, maxRounds)
 }
 
+// PoolAsBuilt observes the pool and says whether it stands as its spec asks, with its status
+// when it does. Anything else (a step to take, a refusal, an error) is for ApplyPool to find
+// again and act on or report, under the pool's devices taken alone.
+func (e *Engine) PoolAsBuilt(ctx context.Context, p Pool) (*PoolStatus, bool) {
+	o, err := e.ObservePool(ctx, p)
+	if err != nil {
+		return nil, false
+	}
+	if steps, err := PlanPool(p, o); err != nil || len(steps) > 0 {
+		return nil, false
+	}
+	s := poolStatusOf(o)
+	return &s, true
+}
+
 // PlanPoolOnly observes and plans without changing anything.
 func (e *Engine) PlanPoolOnly(ctx context.Context, p Pool) ([]Step, error) {
 	o, err := e.ObservePool(ctx, p)

@@ -126,11 +126,19 @@ func TestDrainWaitsForTheFlush(t *testing.T) {
 			nodeName, requestGrace, chartNamespace, heartbeatInterval, agentCSISocket, agentRegistrationSocket))
 	}
 	t.Cleanup(func() {
-		if t.Failed() && vm != nil {
-			if out, err := vm.Output(context.Background(), "tail -n 60 /root/agent.log"); err == nil {
-				t.Logf("agent log (tail):\n%s", out)
-			}
+		if !t.Failed() || vm == nil {
+			return
 		}
+		// Whole, beside the operator's and the cluster's logs the failed test keeps; its end here.
+		out, err := vm.Output(context.Background(), "cat /root/agent.log")
+		if err != nil {
+			return
+		}
+		if err := os.WriteFile(filepath.Join(dir, "agent.log"), []byte(out), 0o644); err != nil {
+			t.Log(err)
+		}
+		lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+		t.Logf("agent log (tail; whole in %s):\n%s", filepath.Join(dir, "agent.log"), strings.Join(lines[max(0, len(lines)-60):], "\n"))
 	})
 	if _, err := c.AddNode(ctx, nodeName, nil); err != nil {
 		t.Fatal(err)
