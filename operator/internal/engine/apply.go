@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -153,6 +154,7 @@ func wornText(worn bool) string {
 // converge runs observe, plan, act until the plan is empty and returns the last observation.
 func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Result) (*Observation, error) {
 	start := len(res.Steps)
+	var last []Step
 	for range maxRounds {
 		o, err := e.Observe(ctx, v)
 		if err != nil {
@@ -165,17 +167,31 @@ func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Resu
 		if len(steps) == 0 {
 			return o, nil
 		}
-		if n := len(res.Steps); n > start && res.Steps[n-1] == steps[0] {
+		if slices.Contains(res.Steps[max(start, len(res.Steps)-len(last)):], steps[0]) {
 			return nil, fmt.Errorf("%s did not take effect: the host still needs it after running it", steps[0])
 		}
-		e.Log.Info("applying", "volume", v.Name, "step", steps[0].String())
-		if err := e.execute(ctx, v, o, steps[0]); err != nil {
-			return nil, fmt.Errorf("%s: %w", steps[0].Kind, err)
+		last = sameRound(steps)
+		for _, s := range last {
+			e.Log.Info("applying", "volume", v.Name, "step", s.String())
+			if err := e.execute(ctx, v, o, s); err != nil {
+				return nil, fmt.Errorf("%s: %w", s.Kind, err)
+			}
+			res.Changed = true
+			res.Steps = append(res.Steps, s)
 		}
-		res.Changed = true
-		res.Steps = append(res.Steps, steps[0])
 	}
-	return nil, fmt.Errorf("volume %s did not converge in %d steps", v.Name, maxRounds)
+	return nil, fmt.Errorf("volume %s did not converge in %d rounds of steps", v.Name, maxRounds)
+}
+
+// sameRound is the plan's first step, and the bcache device's tunables that follow it when it
+// is one: independent sysfs writes, each read back as it is made, so the host need not be
+// observed again (a dozen commands, a second or more each time under emulation) between them.
+func sameRound(steps []Step) []Step {
+	n := 1
+	for n < len(steps) && steps[0].Kind == StepSetTunable && steps[n].Kind == StepSetTunable {
+		n++
+	}
+	return steps[:n]
 }
 
 // PlanOnly observes and plans without changing anything: `flashcache node plan`.

@@ -515,3 +515,24 @@ func TestCachePartitionIsRefusedWhereBcacheWouldRefuseIt(t *testing.T) {
 		}
 	}
 }
+
+func TestTheBcacheDevicesTunablesAreSetInOneRound(t *testing.T) {
+	tunable := func(name string) Step { return Step{Kind: StepSetTunable, Device: "/dev/bcache0", Tunable: name} }
+	link := Step{Kind: StepLinkStablePath, Device: "/dev/flashcache/v"}
+	cacheKnob := Step{Kind: StepSetCacheTunable, Device: "/dev/nvme0n1p1", Tunable: "congested_read_threshold_us"}
+	for name, tc := range map[string]struct {
+		steps []Step
+		want  int
+	}{
+		"tunables, then the link":          {[]Step{tunable("label"), tunable("writeback_percent"), tunable("cache_mode"), link}, 3},
+		"a step that changes the host":     {[]Step{{Kind: StepRegisterBacking}, tunable("label"), tunable("cache_mode")}, 1},
+		"the cache set's knobs stay apart": {[]Step{tunable("label"), cacheKnob, tunable("cache_mode")}, 1},
+		"one tunable":                      {[]Step{tunable("cache_mode")}, 1},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := sameRound(tc.steps); len(got) != tc.want {
+				t.Errorf("sameRound ran %d steps (%v), want %d", len(got), got, tc.want)
+			}
+		})
+	}
+}
