@@ -95,7 +95,9 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		check = nil
 	}
 	if wantsWriteback && check == nil {
-		if check, err = e.Check(ctx, v); err != nil {
+		// On converge's last observation: nothing has changed since, and under emulation another
+		// is a second or more of a volume's build.
+		if check, err = e.check(ctx, v, o); err != nil {
 			return res, fmt.Errorf("durability check: %w", err)
 		}
 		if check.WritebackAllowed {

@@ -85,6 +85,11 @@ func (e *Engine) Check(ctx context.Context, v Volume) (*CheckReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	return e.check(ctx, v, o)
+}
+
+// check is Check on an observation of the host made just before, with nothing changed since.
+func (e *Engine) check(ctx context.Context, v Volume, o *Observation) (*CheckReport, error) {
 	if err := guard(v, o); err != nil {
 		return nil, err
 	}
