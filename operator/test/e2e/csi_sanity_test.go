@@ -133,10 +133,18 @@ func testCSISanity(t *testing.T, ctx context.Context, vm *vmharness.VM, k8s clie
 			return sanity.PathIsOther, nil
 		}
 	}
+	logBefore := strings.TrimSpace(guest(t, ctx, vm, "wc -l < /root/agent.log"))
 	sanityStart := time.Now()
 	sanity.Test(t, config)
 	t.Logf("csi-sanity took %s; %d calls waited for the agent, %s in all", time.Since(sanityStart).Round(time.Second),
 		sanityWaits.calls.Load(), time.Duration(sanityWaits.waited.Load()).Round(time.Second))
+	// The pool stood built all along, so its agent read it with its disks shared: no call on a
+	// volume carved from it was turned away because the pool held the disks alone (a lock on a
+	// disk names its path; a volume's own lock names its logical volume).
+	if n := strings.TrimSpace(guest(t, ctx, vm, "tail -n +$(("+logBefore+" + 1)) /root/agent.log | "+
+		"grep -c 'is Busy: another flashcache run is using the volume.s devices: /dev/' || true")); n != "0" {
+		t.Errorf("%s node calls were answered Busy because the pool's disks were taken alone while the pool stood built", n)
+	}
 
 	// Every volume the suite made was deleted through DeleteVolume; the agent tears each down.
 	eventually(t, ctx, 5*time.Minute, "no volume left on the sanity pool", func(ctx context.Context) (string, bool, error) {
