@@ -155,7 +155,6 @@ func wornText(worn bool) string {
 
 // converge runs observe, plan, act until the plan is empty and returns the last observation.
 func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Result) (*Observation, error) {
-	start := len(res.Steps)
 	var last []Step
 	for range maxRounds {
 		o, err := e.Observe(ctx, v)
@@ -169,7 +168,7 @@ func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Resu
 		if len(steps) == 0 {
 			return o, nil
 		}
-		if slices.Contains(res.Steps[max(start, len(res.Steps)-len(last)):], steps[0]) {
+		if slices.Contains(last, steps[0]) {
 			return nil, fmt.Errorf("%s did not take effect: the host still needs it after running it", steps[0])
 		}
 		last = sameRound(steps)
