@@ -12,9 +12,8 @@
 #
 #   KUBEBUILDER_ASSETS="$(hack/build-control-plane.sh)"
 #
-# Versions are pinned only in the wrapper modules hack/control-plane/kubernetes,
-# hack/control-plane/etcd, hack/control-plane/kwok and hack/control-plane/helm
-# (go.mod + go.sum, built with -mod=readonly).
+# Versions are pinned only in the module hack/control-plane (go.mod + go.sum, built with
+# -mod=readonly), one module for every program so that their shared packages compile once.
 # Cache: ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/control-plane/
 #        <k8s version>-etcd-<etcd version>-go<go version>/
 # Only missing binaries are built. kwok's and helm's versions are not in the folder
@@ -60,26 +59,23 @@ done
 command -v go >/dev/null 2>&1 || die "go is not installed or not in PATH"
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
-readonly k8s_mod="$repo_root/hack/control-plane/kubernetes"
-readonly etcd_mod="$repo_root/hack/control-plane/etcd"
-readonly kwok_mod="$repo_root/hack/control-plane/kwok"
-readonly helm_mod="$repo_root/hack/control-plane/helm"
+readonly mod_dir="$repo_root/hack/control-plane"
 
-# The wrapper modules must be built on their own, never as part of a workspace.
+# The module must be built on its own, never as part of a workspace.
 export GOWORK=off
 export CGO_ENABLED=0
 
-# Module query in a wrapper folder; -mod=readonly so the committed go.sum is
-# what gets verified (never silently updated).
-modfield() { # dir module template
-	(cd "$1" && go list -mod=readonly -m -f "$3" "$2")
+# Module query; -mod=readonly so the committed go.sum is what gets verified (never silently
+# updated).
+modfield() { # module template
+	(cd "$mod_dir" && go list -mod=readonly -m -f "$2" "$1")
 }
 
-k8s_version="$(modfield "$k8s_mod" k8s.io/kubernetes '{{.Version}}')"
-etcd_version="$(modfield "$etcd_mod" go.etcd.io/etcd/server/v3 '{{.Version}}')"
-kwok_version="$(modfield "$kwok_mod" sigs.k8s.io/kwok '{{.Version}}')"
-helm_version="$(modfield "$helm_mod" helm.sh/helm/v4 '{{.Version}}')"
-go_version="$(cd "$k8s_mod" && go env GOVERSION)"
+k8s_version="$(modfield k8s.io/kubernetes '{{.Version}}')"
+etcd_version="$(modfield go.etcd.io/etcd/server/v3 '{{.Version}}')"
+kwok_version="$(modfield sigs.k8s.io/kwok '{{.Version}}')"
+helm_version="$(modfield helm.sh/helm/v4 '{{.Version}}')"
+go_version="$(cd "$mod_dir" && go env GOVERSION)"
 go_version="${go_version#go}"
 [[ -n "$k8s_version" && -n "$etcd_version" && -n "$kwok_version" && -n "$helm_version" && -n "$go_version" ]] ||
 	die "could not determine versions (k8s='$k8s_version' etcd='$etcd_version' kwok='$kwok_version' helm='$helm_version' go='$go_version')"
@@ -145,7 +141,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 	# (and envtest) parse the server's /version, which comes from
 	# k8s.io/component-base/version; client-go's copy feeds the User-Agent.
 	# buildDate is the publication time of the pinned module (reproducible).
-	build_date="$(modfield "$k8s_mod" k8s.io/kubernetes '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}')"
+	build_date="$(modfield k8s.io/kubernetes '{{with .Time}}{{.UTC.Format "2006-01-02T15:04:05Z"}}{{end}}')"
 	build_date="${build_date:-1970-01-01T00:00:00Z}"
 	k8s_semver="${k8s_version#v}"
 	k8s_major="${k8s_semver%%.*}"
@@ -171,23 +167,23 @@ if [[ ${#missing[@]} -gt 0 ]]; then
 		fi
 		case "$c" in
 		etcd)
-			mod_dir="$etcd_mod" pkg=. ldflags="$etcd_ldflags" check=(--version)
+			pkg=go.etcd.io/etcd/server/v3 ldflags="$etcd_ldflags" check=(--version)
 			;;
 		kwok)
 			# Its release build stamps the same version into pkg/consts, which the
 			# module's source already carries; nothing to add.
-			mod_dir="$kwok_mod" pkg=sigs.k8s.io/kwok/cmd/kwok ldflags="-s -w" check=(--version)
+			pkg=sigs.k8s.io/kwok/cmd/kwok ldflags="-s -w" check=(--version)
 			;;
 		helm)
 			# As helm's own Makefile stamps it; unstamped, helm says "v4.3".
-			mod_dir="$helm_mod" pkg=helm.sh/helm/v4/cmd/helm check=(version)
+			pkg=helm.sh/helm/v4/cmd/helm check=(version)
 			ldflags="-s -w -X helm.sh/helm/v4/internal/version.version=$helm_version -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
 			;;
 		kubectl)
-			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(version --client)
+			pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(version --client)
 			;;
 		*)
-			mod_dir="$k8s_mod" pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(--version)
+			pkg="k8s.io/kubernetes/cmd/$c" ldflags="$k8s_ldflags" check=(--version)
 			;;
 		esac
 		log "$c: go build $pkg"

@@ -36,7 +36,7 @@ base_image=$("$root/hack/build-base-images.sh" | sed -n 1p)
 sidecars=$("$root/hack/build-csi-sidecars.sh")
 
 # pause.c comes with the module the control plane is built from.
-k8s_mod=$root/hack/control-plane/kubernetes
+k8s_mod=$root/hack/control-plane
 k8s_version=$(cd "$k8s_mod" && go list -mod=readonly -m -f '{{.Version}}' k8s.io/kubernetes)
 k8s_dir=$(cd "$k8s_mod" && go mod download -json k8s.io/kubernetes | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 pause_src=$k8s_dir/build/pause/linux/pause.c
