@@ -131,7 +131,11 @@ echo flashcache-vm >"$rootfs/etc/hostname"
 printf '127.0.0.1\tlocalhost\n127.0.1.1\tflashcache-vm\n' >"$rootfs/etc/hosts"
 # Matches the cmdline below: the root disk is the VM's only virtio-blk disk.
 printf '/dev/vda\t/\text4\tdefaults,noatime,errors=remount-ro\t0\t1\n' >"$rootfs/etc/fstab"
-echo "root=/dev/vda rw console=ttyS0,115200 panic=-1 mitigations=off net.ifnames=0" >"$tmp/cmdline"
+# nvme_core.multipath=N: QEMU 10's NVMe reports a multi-controller subsystem, which makes the
+# kernel put each namespace behind a multipath head (nvme-subsys0/nvme0n1, the path hidden as
+# nvme0c0n1); the tests' SSDs stand for ordinary single-port ones, whose namespace sits on its
+# controller, as under QEMU 7.2.
+echo "root=/dev/vda rw console=ttyS0,115200 panic=-1 mitigations=off net.ifnames=0 nvme_core.multipath=N" >"$tmp/cmdline"
 
 # QEMU user-mode networking always hands out 10.0.2.15: a static address avoids DHCP's wait, and a
 # unit of three `ip` commands avoids systemd-networkd, whose start alone took 3.6-6 s of every boot

@@ -42,6 +42,54 @@ declare -gA package_of=(
 	[dockerd]=docker.io
 )
 
+# Packages taken from the release's backports rather than the release itself, with the version
+# they need at least. QEMU: bookworm's 7.2 runs the guests, which are nearly all of a warm
+# `make test`'s CPU, at about two and a half times the host CPU of 10.0 from bookworm-backports
+# (the same commands in the same guest; docs/testing.md).
+declare -gA backport_minimum=(
+	[qemu-system-x86]=1:10.0
+	[qemu-utils]=1:10.0
+)
+
+# backport_installed PKG: dpkg has PKG at backport_minimum's version or later.
+backport_installed() {
+	local version
+	version=$(dpkg-query -W -f='${Version}' "$1" 2>/dev/null) || return 1
+	[[ -n $version ]] && dpkg --compare-versions "$version" ge "${backport_minimum[$1]}"
+}
+
+# install_backports PKG...: installs the packages from this release's backports (bookworm-backports
+# on Debian 12), adding that suite to apt's sources, from the mirror the release comes from, when
+# none names it yet. apt prefers a backport only when told to (-t), so nothing else changes.
+install_backports() {
+	if ((EUID != 0)); then
+		echo "${0##*/}: needs the Debian packages $* at least at ${backport_minimum[$1]} (from backports); install them, or run as root" >&2
+		return 1
+	fi
+	local codename suite uri
+	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
+	suite=$codename-backports
+	# shellcheck disable=SC2016 # apt's own placeholders
+	uri=$(apt-get indextargets --no-release-info --format '$(REPO_URI)|$(RELEASE)|$(COMPONENT)' 'Created-By: Packages' |
+		awk -F'|' -v release="$codename" '$2 == release && $3 == "main" {print $1; exit}')
+	(
+		hold_lock apt
+		if ! grep -qrs -- "$suite" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+			echo "${0##*/}: adding $suite to apt's sources (/etc/apt/sources.list.d/flashcache-backports.sources)" >&2
+			cat >/etc/apt/sources.list.d/flashcache-backports.sources <<-EOF
+				Types: deb
+				URIs: ${uri:-http://deb.debian.org/debian/}
+				Suites: $suite
+				Components: main
+				Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+			EOF
+		fi
+		echo "${0##*/}: installing $* from $suite" >&2
+		apt-get update -qq >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t "$suite" "$@" >&2
+	)
+}
+
 # install_packages PKG...: installs those of the packages that dpkg does not have.
 install_packages() {
 	local missing=() p
@@ -62,18 +110,24 @@ install_packages() {
 	)
 }
 
-# require CMD...: installs the packages of the commands that are not on PATH.
+# require CMD...: installs the packages of the commands that are not on PATH, and those of
+# backport_minimum older than their minimum.
 require() {
-	local packages=() c
+	local packages=() backports=() c p
 	for c in "$@"; do
-		if [[ -z ${package_of[$c]:-} ]]; then
+		p=${package_of[$c]:-}
+		if [[ -z $p ]]; then
 			echo "${0##*/}: require $c: not in hack/lib/packages.sh's table" >&2
 			return 1
 		fi
-		command -v "$c" >/dev/null 2>&1 || packages+=("${package_of[$c]}")
+		if [[ -n ${backport_minimum[$p]:-} ]]; then
+			backport_installed "$p" || backports+=("$p")
+		else
+			command -v "$c" >/dev/null 2>&1 || packages+=("$p")
+		fi
 	done
-	((${#packages[@]})) || return 0
-	install_packages "${packages[@]}"
+	((${#packages[@]} == 0)) || install_packages "${packages[@]}"
+	((${#backports[@]} == 0)) || install_backports "${backports[@]}"
 }
 
 # require_packages PKG...: for packages that are not commands (keyrings, certificates, headers).

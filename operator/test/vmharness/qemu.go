@@ -79,7 +79,7 @@ type Disk struct {
 }
 
 // ByID is the stable name the guest's udev gives the disk, as observed with Debian 12's udev
-// and QEMU 7.2. NVMe also gets "..._1" (namespace 1) and an nvme-nvme.1b36-... (EUI) link;
+// and QEMU 7.2 and 10.0. NVMe also gets "..._1" (namespace 1) and an nvme-nvme.1b36-... (EUI) link;
 // the SCSI disk gets only the "0" (vendor/model/serial) link, no "S" (page 0x83) variant.
 func (d Disk) ByID() string {
 	switch d.Kind {

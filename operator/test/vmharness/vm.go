@@ -765,6 +765,7 @@ func (vm *VM) closeClient() {
 // tests usually put it in t.TempDir().
 func (vm *VM) Close() {
 	if vm.running() {
+		vm.logGuestCPU()
 		vm.kill()
 	}
 	vm.volatile.stop()
