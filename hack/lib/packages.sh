@@ -74,7 +74,7 @@ install_backports() {
 		awk -F'|' -v release="$codename" '$2 == release && $3 == "main" {print $1; exit}')
 	(
 		hold_lock apt
-		if ! grep -qrs -- "$suite" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+		if ! grep -qrsE -- "^[^#]*[[:space:]]$suite([[:space:]]|\$)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
 			echo "${0##*/}: adding $suite to apt's sources (/etc/apt/sources.list.d/flashcache-backports.sources)" >&2
 			cat >/etc/apt/sources.list.d/flashcache-backports.sources <<-EOF
 				Types: deb

@@ -22,7 +22,13 @@ awk -v hz="$hz" '{
 	for (p in own) if (own[p] + kids[p] >= 1) printf "%8.1f s %8.1f s own %8.1f s children  %3d x %s\n", own[p] + kids[p], own[p], kids[p], n[p], p
 }' /proc/[0-9]*/stat 2>/dev/null | sort -rn | head -15`
 
-// logGuestCPU writes the guest's CPU report to the test's log (Options.Logf). Best effort: a
+// GuestCPU reports where the guest's CPU went since it booted (guestCPUScript).
+func (vm *VM) GuestCPU(ctx context.Context) (string, error) {
+	out, err := vm.Output(ctx, guestCPUScript)
+	return strings.TrimRight(out, "\n"), err
+}
+
+// logGuestCPU writes GuestCPU to the test's log (Options.Logf) as the VM closes. Best effort: a
 // guest that no longer answers is being killed anyway.
 func (vm *VM) logGuestCPU() {
 	if vm.opts.Logf == nil {
@@ -30,9 +36,7 @@ func (vm *VM) logGuestCPU() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	out, err := vm.Output(ctx, guestCPUScript)
-	if err != nil {
-		return
+	if out, err := vm.GuestCPU(ctx); err == nil {
+		vm.logf("where the guest's CPU went (process: total, its own, its reaped children's):\n%s", out)
 	}
-	vm.logf("where the guest's CPU went (process: total, its own, its reaped children's):\n%s", strings.TrimRight(out, "\n"))
 }

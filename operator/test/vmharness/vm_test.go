@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -67,6 +68,25 @@ func TestVMHasWhatKernelTestsNeed(t *testing.T) {
 			run(t, "test -b "+d.ByID())
 		}
 		t.Logf("by-id:\n%s", run(t, "ls -l /dev/disk/by-id/"))
+	})
+
+	t.Run("an NVMe namespace sits on its controller, behind no multipath head", func(t *testing.T) {
+		// QEMU 10 reports a multi-controller subsystem; the image's nvme_core.multipath=N keeps
+		// the single-port layout that the fault tests' Pull and real single-port SSDs have.
+		dev := run(t, fmt.Sprintf("readlink -f /sys/block/$(basename $(readlink -f %s))/device", nvme.ByID()))
+		if !strings.Contains(dev, "/nvme/nvme") || strings.Contains(dev, "nvme-subsystem") {
+			t.Errorf("the NVMe namespace's device is %s, want its controller (.../nvme/nvmeN)", dev)
+		}
+	})
+
+	t.Run("the guest says where its CPU went", func(t *testing.T) {
+		out, err := vm.GuestCPU(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.HasPrefix(out, "guest CPU since boot: user ") || !regexp.MustCompile(`(?m)^ +[0-9.]+ s +[0-9.]+ s own +[0-9.]+ s children +[0-9]+ x systemd$`).MatchString(out) {
+			t.Errorf("the report has no totals or no line for systemd:\n%s", out)
+		}
 	})
 
 	t.Run("HDD rotates, NVMe does not", func(t *testing.T) {
