@@ -12,6 +12,8 @@
 
 # shellcheck source=hack/lib/lock.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lock.sh"
+# shellcheck source=hack/lib/debian-mirrors.sh
+source "$(dirname "${BASH_SOURCE[0]}")/debian-mirrors.sh"
 
 # Commands of Debian 12's priority-required packages (what debootstrap's minbase installs), which
 # the scripts use without requiring them.
@@ -60,34 +62,28 @@ backport_installed() {
 
 # install_backports PKG...: installs the packages from this release's backports (bookworm-backports
 # on Debian 12), adding that suite to apt's sources, from the mirror the release comes from, when
-# none names it yet. apt prefers a backport only when told to (-t), so nothing else changes.
+# no source names it yet. apt prefers a backport only when told to (-t), so nothing else changes.
 install_backports() {
-	if ((EUID != 0)); then
-		echo "${0##*/}: needs the Debian packages $* at least at ${backport_minimum[$1]} (from backports); install them, or run as root" >&2
-		return 1
-	fi
 	local codename suite uri
 	codename=$(. /etc/os-release && echo "${VERSION_CODENAME:?}")
 	suite=$codename-backports
-	# shellcheck disable=SC2016 # apt's own placeholders
-	uri=$(apt-get indextargets --no-release-info --format '$(REPO_URI)|$(RELEASE)|$(COMPONENT)' 'Created-By: Packages' |
-		awk -F'|' -v release="$codename" '$2 == release && $3 == "main" {print $1; exit}')
-	(
-		hold_lock apt
-		if ! grep -qrsE -- "^[^#]*[[:space:]]$suite([[:space:]]|\$)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-			echo "${0##*/}: adding $suite to apt's sources (/etc/apt/sources.list.d/flashcache-backports.sources)" >&2
-			cat >/etc/apt/sources.list.d/flashcache-backports.sources <<-EOF
-				Types: deb
-				URIs: ${uri:-http://deb.debian.org/debian/}
-				Suites: $suite
-				Components: main
-				Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-			EOF
-		fi
-		echo "${0##*/}: installing $* from $suite" >&2
-		apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t "$suite" "$@" >&2
-	)
+	if ((EUID == 0)); then
+		uri=$(debian_mirrors "$codename" | awk -v release="$codename" '$3 == release {print $2; exit}')
+		(
+			hold_lock apt
+			if ! grep -qrsE -- "^[^#]*[[:space:]]$suite([[:space:]]|\$)" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+				echo "${0##*/}: adding $suite to apt's sources (/etc/apt/sources.list.d/flashcache-backports.sources)" >&2
+				cat >/etc/apt/sources.list.d/flashcache-backports.sources <<-EOF
+					Types: deb
+					URIs: $uri
+					Suites: $suite
+					Components: main
+					Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+				EOF
+			fi
+		)
+	fi
+	apt_install "$suite" "$@"
 }
 
 # install_packages PKG...: installs those of the packages that dpkg does not have.
@@ -97,16 +93,24 @@ install_packages() {
 		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
 	done
 	((${#missing[@]})) || return 0
+	apt_install "" "${missing[@]}"
+}
+
+# apt_install RELEASE PKG...: installs the packages with apt, from RELEASE (apt's -t) when it is
+# not empty; as root only.
+apt_install() {
+	local release=$1
+	shift
 	if ((EUID != 0)); then
-		echo "${0##*/}: needs the Debian packages ${missing[*]}; install them, or run as root" >&2
+		echo "${0##*/}: needs the Debian packages $*${release:+ from $release}; install them, or run as root" >&2
 		return 1
 	fi
 	# One apt at a time: dpkg's own lock fails a second apt-get instead of waiting.
 	(
 		hold_lock apt
-		echo "${0##*/}: installing ${missing[*]}" >&2
+		echo "${0##*/}: installing $*${release:+ from $release}" >&2
 		apt-get update -qq >&2
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ${release:+-t "$release"} "$@" >&2
 	)
 }
 
