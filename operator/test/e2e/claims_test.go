@@ -50,7 +50,9 @@ func testClaimsThroughTheSidecars(t *testing.T, ctx context.Context, c *cluster.
 
 	volumeOf := func(t *testing.T, claim string) *fcv1.FlashCacheVolume {
 		t.Helper()
-		return eventually(t, ctx, 5*time.Minute, "claim "+claim+" Bound and its volume Ready on pool "+claimsPool, func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
+		// In writeback too: a volume is Ready as soon as it is built, in writethrough until its
+		// first durability check passes, and the drain below needs dirty data on each.
+		return eventually(t, ctx, 5*time.Minute, "claim "+claim+" Bound and its volume Ready in writeback on pool "+claimsPool, func(ctx context.Context) (*fcv1.FlashCacheVolume, bool, error) {
 			var pvc corev1.PersistentVolumeClaim
 			if err := k8s.Get(ctx, types.NamespacedName{Namespace: "default", Name: claim}, &pvc); err != nil {
 				return nil, false, err
@@ -62,7 +64,7 @@ func testClaimsThroughTheSidecars(t *testing.T, ctx context.Context, c *cluster.
 			if err := k8s.Get(ctx, types.NamespacedName{Name: pvc.Spec.VolumeName}, &fcv); err != nil {
 				return nil, false, client.IgnoreNotFound(err)
 			}
-			return &fcv, fcv.Status.Phase == fcv1.PhaseReady && fcv.Status.Device != nil, nil
+			return &fcv, fcv.Status.Phase == fcv1.PhaseReady && fcv.Status.Device != nil && fcv.Status.Device.CacheMode == fcv1.CacheModeWriteback, nil
 		})
 	}
 	// poolSpaceBack waits until no volume is carved from the pool and its free space is what it
