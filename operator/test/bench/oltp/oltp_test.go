@@ -166,7 +166,8 @@ sync`, sysbenchArgs(p), p.Tables))
 	if res.Started == "" {
 		res.Started = time.Now().UTC().Format(time.RFC3339)
 	}
-	res.Command, res.Machine, res.Params = os.Getenv("BENCH_COMMAND"), g.machine(memMiB), p
+	res.Command, res.Params = os.Getenv("BENCH_COMMAND"), p
+	res.SetMachine(g.machine(memMiB))
 	for _, s := range storages {
 		res.AddConfig(s.Config)
 	}
@@ -192,7 +193,7 @@ sync`, sysbenchArgs(p), p.Tables))
 				continue
 			}
 			run.Config, run.Rep = s.Name, rep
-			run.Revision, run.Ended = res.Machine.FlashcacheRev, time.Now().UTC().Format(time.RFC3339)
+			run.Revision, run.QEMU, run.Ended = res.Machine.FlashcacheRev, res.Machine.QEMU, time.Now().UTC().Format(time.RFC3339)
 			res.Runs = append(res.Runs, run)
 			// Saved as each run ends, so that an interrupted benchmark keeps what it measured.
 			save()

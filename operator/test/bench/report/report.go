@@ -312,6 +312,9 @@ func writeOLTP(b *strings.Builder, o *results.OLTP, summaries []oltpSummary, hea
 	b.WriteString("Medians over the runs of each configuration; TPS also as \"median (min–max)\". Ratios are of " +
 		"median TPS. The CV is the coefficient of variation of the 10-s interval TPS within a run (median over " +
 		"the runs): how steady the throughput was. Floor and ceiling are the uncached configurations.\n\n")
+	if note := emulatorsNote(o.Runs); note != "" {
+		b.WriteString(note + "\n\n")
+	}
 	b.WriteString("### Throughput and latency\n\n")
 	var rows [][]string
 	for _, s := range summaries {
@@ -639,4 +642,29 @@ func orDash(s string) string {
 		return dash
 	}
 	return s
+}
+
+// emulatorsNote says so when the runs ran on more than one emulator (a benchmark resumed after
+// QEMU changed): under TCG the emulator is the guest's CPU.
+func emulatorsNote(runs []results.OLTPRun) string {
+	var emulators []string
+	count := map[string]int{}
+	for _, r := range runs {
+		if r.QEMU == "" {
+			continue
+		}
+		if count[r.QEMU] == 0 {
+			emulators = append(emulators, r.QEMU)
+		}
+		count[r.QEMU]++
+	}
+	if len(emulators) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, e := range emulators {
+		parts = append(parts, fmt.Sprintf("%s (%d runs)", inline(e), count[e]))
+	}
+	return "These runs ran on more than one emulator, " + strings.Join(parts, ", ") +
+		": the machine table names the last sitting's, and the results file says which run ran on which."
 }

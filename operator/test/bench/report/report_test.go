@@ -309,3 +309,26 @@ func TestReportRendersClaimsToBound(t *testing.T) {
 		t.Errorf("claims section:\n%s", md)
 	}
 }
+
+// Runs of one benchmark on two emulators say so, with how many ran on each; runs of one emulator
+// say nothing.
+func TestReportSaysWhenRunsRanOnTwoEmulators(t *testing.T) {
+	dir := fixture(t, false)
+	_, markdown := generateInto(t, dir)
+	if strings.Contains(markdown, "more than one emulator") {
+		t.Errorf("runs of one emulator, yet the report says more than one")
+	}
+	var o results.OLTP
+	if err := results.Read(dir, results.OLTPFile, &o); err != nil {
+		t.Fatal(err)
+	}
+	for i := range o.Runs {
+		o.Runs[i].QEMU = "QEMU 10.0"
+	}
+	o.Runs[0].QEMU, o.Runs[3].QEMU = "QEMU 7.2", "QEMU 7.2"
+	if err := results.Write(dir, results.OLTPFile, o); err != nil {
+		t.Fatal(err)
+	}
+	_, markdown = generateInto(t, dir)
+	line(t, markdown, "more than one emulator", "QEMU 7.2 (2 runs), QEMU 10.0 (4 runs)")
+}

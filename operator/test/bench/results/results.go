@@ -97,7 +97,11 @@ type OLTPRun struct {
 	// Revision is the flashcache revision the run measured; a resumed benchmark may hold runs
 	// of several.
 	Revision string `json:"revision,omitempty"`
-	Ended    string `json:"ended,omitempty"`
+	// QEMU is the emulator the run ran on: under TCG the guest's CPU is the emulator's, so a
+	// benchmark resumed on another version holds runs of two (the machine block is the last
+	// sitting's).
+	QEMU  string `json:"qemu,omitempty"`
+	Ended string `json:"ended,omitempty"`
 
 	CopySeconds float64 `json:"copySeconds"`
 
@@ -257,6 +261,17 @@ type Scale struct {
 	UnrelatedPodsPerNodeAtMost    int     `json:"unrelatedPodsPerNodeAtMost"`
 	OperatorStartupRSSBytes       int64   `json:"operatorStartupRSSBytes"`
 	OperatorCPUSecondsBeforeStart float64 `json:"operatorCPUSecondsBeforeVolumes"`
+}
+
+// SetMachine describes where the benchmark runs now. Runs kept from an earlier sitting that do not
+// say which emulator they ran on ran on the one the machine block then named, which they keep.
+func (o *OLTP) SetMachine(m Machine) {
+	for i := range o.Runs {
+		if o.Runs[i].QEMU == "" {
+			o.Runs[i].QEMU = o.Machine.QEMU
+		}
+	}
+	o.Machine = m
 }
 
 // ResumeOLTP loads the runs a previous, unfinished benchmark of p's data set left in dir, so

@@ -217,3 +217,12 @@ func TestParseDirtyAgesAndTheOldest(t *testing.T) {
 		t.Errorf("a short line: want an error")
 	}
 }
+
+// A sitting on another emulator keeps, on each earlier run, the emulator it ran on.
+func TestSetMachineKeepsTheEmulatorOfEarlierRuns(t *testing.T) {
+	o := OLTP{Machine: Machine{QEMU: "QEMU 7.2"}, Runs: []OLTPRun{{Config: "hdd", Rep: 1}, {Config: "hdd", Rep: 2, QEMU: "QEMU 6.2"}}}
+	o.SetMachine(Machine{QEMU: "QEMU 10.0"})
+	if o.Machine.QEMU != "QEMU 10.0" || o.Runs[0].QEMU != "QEMU 7.2" || o.Runs[1].QEMU != "QEMU 6.2" {
+		t.Errorf("machine %q, runs on %q and %q; want 10.0, and 7.2 and 6.2 kept", o.Machine.QEMU, o.Runs[0].QEMU, o.Runs[1].QEMU)
+	}
+}
