@@ -174,10 +174,21 @@ func (r report) steps(volume int) string {
 // node runs `flashcache node SUB --config FILE -o json ARGS...` and returns its report and exit code.
 func (g *guest) node(t *testing.T, sub, file string, args ...string) (report, int, string) {
 	t.Helper()
+	r, code, stderr, err := g.nodeRun(t, sub, file, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, code, stderr
+}
+
+// nodeRun is node, with what kept the command from ending (the guest's kernel crashed, the
+// connection dropped) returned rather than failing the test.
+func (g *guest) nodeRun(t *testing.T, sub, file string, args ...string) (report, int, string, error) {
+	t.Helper()
 	cmd := fmt.Sprintf("flashcache node %s --config /root/%s -o json %s", sub, file, strings.Join(args, " "))
 	stdout, stderr, code, err := g.vm.Run(g.ctx, cmd)
 	if err != nil {
-		t.Fatalf("guest: %s: %v", cmd, err)
+		return report{}, code, stderr, fmt.Errorf("guest: %s: %w", cmd, err)
 	}
 	var r report
 	if strings.TrimSpace(stdout) != "" {
@@ -188,7 +199,7 @@ func (g *guest) node(t *testing.T, sub, file string, args ...string) (report, in
 	if code != 0 {
 		t.Logf("%s: exit %d\n%s", cmd, code, r)
 	}
-	return r, code, stderr
+	return r, code, stderr, nil
 }
 
 // volumeFile writes a FlashCacheVolume file into the guest's /root.
@@ -215,6 +226,12 @@ spec:
 func (g *guest) bootWith(t *testing.T, d vmharness.Disk, present bool) {
 	t.Helper()
 	g.sh(t, "sync")
+	g.powerCycleWith(t, d, present)
+}
+
+// powerCycleWith is bootWith without the sync: for a guest whose kernel is stuck.
+func (g *guest) powerCycleWith(t *testing.T, d vmharness.Disk, present bool) {
+	t.Helper()
 	if err := g.vm.Kill(); err != nil {
 		t.Fatal(err)
 	}

@@ -164,16 +164,31 @@ func TestPoolCacheDeviceLoss(t *testing.T) {
 			if err := g.vm.Pull(ctx, poolLostSSD); err != nil {
 				t.Fatal(err)
 			}
-			r, code, stderr := g.node(t, "apply", "pool-spare.yaml")
+			r, code, stderr, err := g.nodeRun(t, "apply", "pool-spare.yaml")
+			crashed := err != nil && strings.Contains(err.Error(), bcacheBUG)
+			if err != nil && !crashed {
+				t.Fatal(err)
+			}
+			if crashed {
+				// bcache's own BUG in bch_prio_write, about one run in four here: the lost set
+				// failed on the detach's uuid write while its allocator wrote bucket priorities
+				// (operations.md, "When a disk fails"). The way out on a node is a reboot; what
+				// must hold after it is what holds without the BUG.
+				t.Logf("the guest's kernel hit bcache's BUG during the detach; power-cycling the node without the lost SSD, as operations.md says:\n%v", err)
+				g.powerCycleWith(t, poolLostSSD, false)
+				r, code, stderr = g.node(t, "apply", "pool-spare.yaml")
+			}
 			if code != 0 {
 				t.Fatalf("apply with a new SSD in the pool: %+v\n%s%s", r.Pools, r, stderr)
 			}
 			// clean-one leaves the lost set first; its detach writes the set's uuid table, which
-			// fails, so bcache fails the set and detaches dirty-one (clean now) itself.
-			if got := r.steps(clean); !strings.HasPrefix(got, "detach-lost-cache attach") || strings.Contains(got, "make-bcache") {
+			// fails, so bcache fails the set and detaches dirty-one (clean now) itself. After a
+			// reboot no lost set is registered to leave, and what the apply before it did stays
+			// done: only nothing may be formatted again (where they are attached is checked below).
+			if got := r.steps(clean); strings.Contains(got, "make-bcache") || (!crashed && !strings.HasPrefix(got, "detach-lost-cache attach")) {
 				t.Errorf("clean-one: steps %q, want it detached from the lost set and attached to the new one, nothing made", got)
 			}
-			if got := r.steps(dirty); !strings.Contains(got, "attach") || strings.Contains(got, "make-bcache") {
+			if got := r.steps(dirty); strings.Contains(got, "make-bcache") || (!crashed && !strings.Contains(got, "attach")) {
 				t.Errorf("dirty-one: steps %q, want it attached to the new set, nothing made", got)
 			}
 			if set := attachedTo(t, "pool-spare.yaml"); set == lostSet {
@@ -188,3 +203,7 @@ func TestPoolCacheDeviceLoss(t *testing.T) {
 		}},
 	})
 }
+
+// bcacheBUG starts the kernel's report of a BUG in bcache, which vmharness copies into the error
+// of the command that was running.
+const bcacheBUG = "kernel BUG at drivers/md/bcache/"
