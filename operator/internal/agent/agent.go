@@ -158,6 +158,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	}
 	why := r.flushWanted(&fcv, &node)
 	res, pass, err := r.converge(ctx, &fcv, v, why, st)
+	r.Metrics.EngineRun(fcv.Name)
 	if err != nil {
 		return r.failed(ctx, &fcv, st, "apply", err)
 	}
@@ -186,7 +187,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // adopt, tunables, and the flush pass that is due).
 func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v engine.Volume, why string, st *report) (*engine.Result, *engine.PassReport, error) {
 	log := logf.FromContext(ctx)
-	before, err := r.Engine.Status(ctx, v)
+	// Converge plans on this same observation unless a flush changes the host in between: one
+	// observation a refresh, not two.
+	before, observed, err := r.Engine.ObserveStatus(ctx, v)
 	var cacheLost *engine.CacheLostError
 	switch {
 	case errors.Is(err, engine.ErrNotLoggedIn):
@@ -211,6 +214,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		if err := r.flush(ctx, fcv, v, st); err != nil {
 			return nil, nil, err
 		}
+		observed = nil
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Flushed", "Flush",
 			"the cache is clean and held in writethrough: %s", why)
 	}
@@ -225,7 +229,7 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Released", "Release",
 			"the node is schedulable and no eviction is waiting: cache mode %s restored", res.Status.CacheMode)
 	default:
-		want := engine.Desired{Hold: why != "" && writeback, FlushRequest: fcv.Annotations[fcv1.AnnotationBackgroundFlush]}
+		want := engine.Desired{Hold: why != "" && writeback, FlushRequest: fcv.Annotations[fcv1.AnnotationBackgroundFlush], Observed: observed}
 		res, pass, err = r.Engine.Converge(ctx, v, want, r.now())
 		if err != nil {
 			// A pass is recorded before its knobs change: said even when the apply after it

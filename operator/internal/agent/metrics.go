@@ -16,7 +16,8 @@ type Metrics struct {
 	hitRatio, available, wear, flushing, passActive *prometheus.GaugeVec
 	state, ioErrors                                 *prometheus.GaugeVec
 	flushPeriod, maxWear, verdict, writebackRefused *prometheus.GaugeVec
-	errors                                          *prometheus.CounterVec
+	errors, runs                                    *prometheus.CounterVec
+	commands, commandSeconds                        *prometheus.CounterVec
 }
 
 // verdicts are the durability check's verdicts; one series each, 1 for the volume's current one.
@@ -55,8 +56,29 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
 			Help: "Engine runs that failed, by operation."}, []string{"volume", "operation"}),
 	}
-	reg.MustRegister(m.errors)
+	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_runs_total",
+		Help: "Engine runs on a volume (a build, an adoption or a refresh of its status), failed or not."}, []string{"volume"})
+	m.commands = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "disk_commands_total",
+		Help: "Commands the agent ran on the node's disks (LVM's reports, wipefs, bcache-super-show, ...), by command."}, []string{"command"})
+	m.commandSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "disk_command_seconds_total",
+		Help: "Time the agent's disk commands took, by command."}, []string{"command"})
+	reg.MustRegister(m.errors, m.runs, m.commands, m.commandSeconds)
 	return m
+}
+
+// Ran counts a command the agent ran (blockdev.Runner's Ran).
+func (m *Metrics) Ran(command string, took time.Duration) {
+	if m != nil {
+		m.commands.WithLabelValues(command).Inc()
+		m.commandSeconds.WithLabelValues(command).Add(took.Seconds())
+	}
+}
+
+// EngineRun counts a run of the engine on a volume.
+func (m *Metrics) EngineRun(volume string) {
+	if m != nil {
+		m.runs.WithLabelValues(volume).Inc()
+	}
 }
 
 // Observe records what the engine reported about a volume after a run, beside what its spec
@@ -140,6 +162,7 @@ func (m *Metrics) Forget(volume string) {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})
+	m.runs.DeletePartialMatch(prometheus.Labels{"volume": volume})
 }
 
 // boolGauge is a 0/1 series' value.

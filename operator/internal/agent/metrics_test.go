@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -28,6 +29,8 @@ func exportedSeries(t *testing.T) map[string]bool {
 	m.FlushProgress("v", 1<<20)
 	m.Pass("v", &engine.PassReport{})
 	m.EngineError("v", "apply")
+	m.EngineRun("v")
+	m.Ran("wipefs", time.Millisecond)
 	families, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

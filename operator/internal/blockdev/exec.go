@@ -43,6 +43,9 @@ type Runner struct {
 	Timeout time.Duration
 	// Log records every command run at verbosity 1.
 	Log logr.Logger
+	// Ran, when set, is told of every command run, by name, and how long it took: the agent
+	// counts them, so that what it costs a node in the background shows in its metrics.
+	Ran func(name string, took time.Duration)
 
 	// alsoAllowed lets this package's tests run harmless commands (cat, sh) that Tools rightly
 	// does not declare.
@@ -95,7 +98,11 @@ func (r Runner) run(ctx context.Context, stdin []byte, secrets []string, name st
 	line := redact(strings.Join(append([]string{name}, args...), " "))
 	start := time.Now()
 	err := cmd.Run()
-	r.Log.V(1).Info("ran", "command", line, "seconds", time.Since(start).Seconds(), "error", err)
+	took := time.Since(start)
+	r.Log.V(1).Info("ran", "command", line, "seconds", took.Seconds(), "error", err)
+	if r.Ran != nil {
+		r.Ran(name, took)
+	}
 	if err != nil {
 		ce := &CommandError{Command: line, ExitCode: -1, Stderr: redact(stderr.String()), Err: err}
 		var exitErr *exec.ExitError

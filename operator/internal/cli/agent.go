@@ -104,13 +104,14 @@ func runAgent(opts agentOptions) error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	engineLog := ctrl.Log.WithName("engine")
+	agentMetrics := agent.NewMetrics(metrics.Registry)
 	r := &agent.Reconciler{
 		Client:       mgr.GetClient(),
 		APIReader:    mgr.GetAPIReader(),
 		NodeName:     opts.nodeName,
-		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog}, Log: engineLog, HoldDir: opts.holdDir, StateDir: opts.stateDir},
+		Engine:       &engine.Engine{Run: blockdev.Runner{Log: engineLog, Ran: agentMetrics.Ran}, Log: engineLog, HoldDir: opts.holdDir, StateDir: opts.stateDir},
 		Recorder:     mgr.GetEventRecorder("flashcache-agent"),
-		Metrics:      agent.NewMetrics(metrics.Registry),
+		Metrics:      agentMetrics,
 		FlushTimeout: opts.flushTimeout,
 		RequestGrace: opts.requestGrace,
 	}
@@ -138,7 +139,7 @@ func runAgent(opts agentOptions) error {
 	}
 	if opts.csiEndpoint != "" {
 		log := ctrl.Log.WithName("csi")
-		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: blockdev.Runner{Log: log}, Log: log}
+		node := &csi.Node{NodeName: opts.nodeName, Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Runner: blockdev.Runner{Log: log, Ran: agentMetrics.Ran}, Log: log}
 		if err := mgr.Add(&csi.Server{Endpoint: opts.csiEndpoint, Identity: &csi.Identity{}, Node: node, Log: log}); err != nil {
 			return fmt.Errorf("setting up the CSI node service: %w", err)
 		}

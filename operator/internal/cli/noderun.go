@@ -64,11 +64,10 @@ func runLoop(cmd *cobra.Command, opts *nodeOptions, ro *runOptions) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := newNodeLogger(cmd, opts)
-	e := &engine.Engine{Run: blockdev.Runner{Log: log}, Log: log, HoldDir: opts.holdDir, StateDir: opts.stateDir}
-
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := agent.NewMetrics(reg)
+	e := &engine.Engine{Run: blockdev.Runner{Log: log, Ran: metrics.Ran}, Log: log, HoldDir: opts.holdDir, StateDir: opts.stateDir}
 	if ro.metricsAddr != "0" && ro.metricsAddr != "" {
 		ln, err := net.Listen("tcp", ro.metricsAddr)
 		if err != nil {
@@ -134,6 +133,7 @@ func convergeOnce(ctx context.Context, e *engine.Engine, v engine.Volume, metric
 	}
 	defer unlock()
 	res, pass, err := e.Converge(ctx, v, engine.Desired{}, time.Now())
+	metrics.EngineRun(v.Name)
 	// Said even when the converge then failed: a pass is recorded before its knobs change, and
 	// a stop in between (the converge cancelled) left a pass that ran without its start logged.
 	logPass(log, pass)

@@ -72,16 +72,21 @@ func WritebackRefused(v Volume, check *CheckReport) bool {
 // runs in writethrough.
 func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, error) {
 	res := &Result{Steps: []Step{}}
+	observed := want.Observed
+	want.Observed = nil
 	if v.Spec.BackingISCSI() != nil {
 		if err := e.connectISCSI(ctx, v, res); err != nil {
 			return res, err
+		}
+		if res.Changed {
+			observed = nil
 		}
 	}
 	want = e.desired(v, want)
 	wantsWriteback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
 	check := e.lastCheck(ctx, v)
 	want.SafetyWritethrough = WritebackRefused(v, check)
-	o, err := e.converge(ctx, v, want, res)
+	o, err := e.converge(ctx, v, want, observed, res)
 	var lost *CacheLostError
 	if errors.As(err, &lost) {
 		return res, e.keepServing(ctx, v, lost, res)
@@ -102,7 +107,7 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		}
 		if check.WritebackAllowed {
 			want.SafetyWritethrough = false
-			if o, err = e.converge(ctx, v, want, res); err != nil {
+			if o, err = e.converge(ctx, v, want, nil, res); err != nil {
 				return res, err
 			}
 		}
@@ -153,13 +158,18 @@ func wornText(worn bool) string {
 	return ""
 }
 
-// converge runs observe, plan, act until the plan is empty and returns the last observation.
-func (e *Engine) converge(ctx context.Context, v Volume, want Desired, res *Result) (*Observation, error) {
+// converge runs observe, plan, act until the plan is empty and returns the last observation. Its
+// first round plans on observed when the caller has one.
+func (e *Engine) converge(ctx context.Context, v Volume, want Desired, observed *Observation, res *Result) (*Observation, error) {
 	var last []Step
 	for range maxRounds {
-		o, err := e.Observe(ctx, v)
-		if err != nil {
-			return nil, err
+		o := observed
+		observed = nil
+		if o == nil {
+			var err error
+			if o, err = e.Observe(ctx, v); err != nil {
+				return nil, err
+			}
 		}
 		steps, err := Plan(v, o, want)
 		if err != nil {

@@ -95,13 +95,20 @@ func statusOf(v Volume, o *Observation) *Status {
 
 // Status observes the volume and reports it, changing nothing.
 func (e *Engine) Status(ctx context.Context, v Volume) (*Status, error) {
+	s, _, err := e.ObserveStatus(ctx, v)
+	return s, err
+}
+
+// ObserveStatus is Status and the observation it was made from, which a caller that then changes
+// nothing on the host hands to Converge (Desired.Observed) rather than have it observe again.
+func (e *Engine) ObserveStatus(ctx context.Context, v Volume) (*Status, *Observation, error) {
 	o, err := e.Observe(ctx, v)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s := statusOf(v, o)
 	s.Held = e.held(v)
-	return s, nil
+	return s, o, nil
 }
 
 // flushPoll is how often a flush looks at bcache's state.

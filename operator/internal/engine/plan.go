@@ -161,6 +161,11 @@ type Desired struct {
 	// FlushRequest asks Converge for a flush pass now (in writeback mode, unlike a drain's
 	// flush): a token, honoured once, when it differs from the last one honoured.
 	FlushRequest string
+	// Observed is an observation of the volume the caller made just before, changing nothing on
+	// the host since (ObserveStatus): the first apply plans its first round on it instead of
+	// observing again, which is a dozen commands (LVM's reports, wipefs, sfdisk) and, under
+	// emulation, a second or more of CPU on every refresh of every volume. Used once.
+	Observed *Observation
 }
 
 // Plan lists the steps that take the host from o to the volume v. It changes nothing. A refusal

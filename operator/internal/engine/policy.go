@@ -120,8 +120,10 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		return nil, nil, err
 	}
 	pr := &PassReport{}
-	wear, wearErr := e.watchWear(ctx, v, st, now)
+	wear, wearErr := e.watchWear(ctx, v, st, now, want.Observed)
 	res, err := e.Apply(ctx, v, want)
+	// The apply may have changed the host: the applies below observe it again.
+	want.Observed = nil
 	if res != nil {
 		res.Wear = wear
 		if wearErr != nil {
@@ -227,7 +229,7 @@ type WearReading struct {
 // the last reading (or the check), and records it in the saved check, which Apply then follows:
 // under Enforce a cache found worn is flushed and held in writethrough in the same run. Without a
 // check this boot there is nothing to update: the check reads the wear itself.
-func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time) (*WearReading, error) {
+func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time, observed *Observation) (*WearReading, error) {
 	interval := v.Spec.Safety.EffectiveWearCheckInterval()
 	check := e.lastCheck(ctx, v)
 	if interval <= 0 || check == nil {
@@ -240,9 +242,12 @@ func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Ti
 	if now.Sub(last) < interval {
 		return nil, nil
 	}
-	o, err := e.Observe(ctx, v)
-	if err != nil {
-		return nil, err
+	o := observed
+	if o == nil {
+		var err error
+		if o, err = e.Observe(ctx, v); err != nil {
+			return nil, err
+		}
 	}
 	st.WearReadAt = now
 	if err := e.saveState(v, st); err != nil {

@@ -406,7 +406,7 @@ spec:
 		})
 		t.Logf("after the reads: %d hits, %d misses, hit ratio %s%% (bcache)", hits, misses, sh(t, "cat "+stateFile+"stats_total/cache_hit_ratio"))
 		metric := func(ctx context.Context, name string, labels ...string) (string, error) {
-			out, err := vm.Output(ctx, "exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3")
+			out, err := agentMetrics(ctx, vm)
 			if err != nil {
 				return "", err
 			}
@@ -465,6 +465,44 @@ spec:
 			}
 			if got, err := metric(ctx, want.name, labels...); err != nil || got != want.value {
 				t.Errorf("%s{%s}: %q, %v; want %s", want.name, want.label, got, err, want.value)
+			}
+		}
+	})
+
+	// The node's only volume, refreshed every 10 or 30 s: each refresh observes its disks once
+	// (the agent's status read is the apply's first observation), not twice. Under emulation an
+	// observation is a second or more of CPU, and a node refreshes every volume all day.
+	t.Run("ARefreshObservesTheVolumeOnce", func(t *testing.T) {
+		sh(t, "cat > /root/status.yaml <<'EOF'\n"+fcv+"EOF")
+		once := commandsRun(sh(t, "flashcache node status --config /root/status.yaml --volume "+volumeName+" -v 2>&1 >/dev/null"))
+		if once["wipefs"] == 0 {
+			t.Fatalf("flashcache node status -v ran no wipefs: %v", once)
+		}
+		read := func(ctx context.Context) (map[string]float64, error) {
+			out, err := agentMetrics(ctx, vm)
+			if err != nil {
+				return nil, err
+			}
+			return parseSeries(out), nil
+		}
+		runs := `flashcache_engine_runs_total{volume="` + volumeName + `"}`
+		before, err := read(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := eventually(t, ctx, 3*time.Minute, "four refreshes of "+volumeName, func(ctx context.Context) (map[string]float64, bool, error) {
+			m, err := read(ctx)
+			return m, err == nil && m[runs]-before[runs] >= 4, err
+		})
+		refreshes := after[runs] - before[runs]
+		for command, n := range once {
+			series := `flashcache_disk_commands_total{command="` + command + `"}`
+			ran := after[series] - before[series]
+			t.Logf("%s: %.0f runs in %.0f refreshes; one observation runs it %d times", command, ran, refreshes, n)
+			// One refresh under way at either end may be counted in part: with two observations a
+			// refresh, four refreshes would show at least six, more than the five allowed.
+			if ran > float64(n)*(refreshes+1) {
+				t.Errorf("%s ran %.0f times in %.0f refreshes, more than one observation (%d) a refresh", command, ran, refreshes, n)
 			}
 		}
 	})
