@@ -110,8 +110,10 @@ func TestVolatileCachesOnTheHost(t *testing.T) {
 	if honestFlush < VolatileFlushDelay {
 		t.Errorf("honest flush took %s, less than the %s it models", honestFlush, VolatileFlushDelay)
 	}
-	if liarFlush > time.Millisecond {
-		t.Errorf("lying flush took %s, want well under a millisecond", liarFlush)
+	// Against the delay an honest flush models, not a fixed time: on a host busy with three
+	// guests the liar's round trip alone took 1.5 ms (warm make test at 4f1930a).
+	if liarFlush > VolatileFlushDelay/2 {
+		t.Errorf("lying flush took %s, want well under the %s an honest flush takes", liarFlush, VolatileFlushDelay)
 	}
 
 	expect("honest disk serves its unflushed write", seen(h, 0), block(0xa1))
