@@ -405,24 +405,21 @@ spec:
 			return fmt.Sprintf("%d hits, %d misses", hits, misses), hits > 0 && misses > 0, nil
 		})
 		t.Logf("after the reads: %d hits, %d misses, hit ratio %s%% (bcache)", hits, misses, sh(t, "cat "+stateFile+"stats_total/cache_hit_ratio"))
-		metric := func(ctx context.Context, name string, labels ...string) (string, error) {
-			out, err := agentMetrics(ctx, vm)
+		// metric is the volume's sample of name with the labels given, as the exposition prints it.
+		metric := func(ctx context.Context, name string, labels map[string]string) (string, error) {
+			families, err := agentMetrics(ctx, vm)
 			if err != nil {
 				return "", err
 			}
-			for _, l := range strings.Split(out, "\n") {
-				if !strings.HasPrefix(l, name+"{") || !strings.Contains(l, `volume="`+volumeName+`"`) {
-					continue
-				}
-				all := true
-				for _, label := range labels {
-					all = all && strings.Contains(l, label)
-				}
-				if all {
-					return l[strings.LastIndexByte(l, ' ')+1:], nil
-				}
+			want := map[string]string{"volume": volumeName}
+			for k, v := range labels {
+				want[k] = v
 			}
-			return "", fmt.Errorf("no %s for %s in the agent's metrics", name, volumeName)
+			v, ok := families.value(name, want)
+			if !ok {
+				return "", fmt.Errorf("no %s%v in the agent's metrics", name, want)
+			}
+			return strconv.FormatFloat(v, 'g', -1, 64), nil
 		}
 		// The agent refreshes an idle volume's status every 30 s; other I/O (MariaDB) may move the
 		// kernel's ratio meanwhile, so each side is read again until they agree.
@@ -432,7 +429,7 @@ spec:
 			if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
 				return "", false, err
 			}
-			exported, err := metric(ctx, "flashcache_volume_cache_hit_ratio_percent")
+			exported, err := metric(ctx, "flashcache_volume_cache_hit_ratio_percent", nil)
 			if err != nil {
 				return "", false, err
 			}
@@ -444,7 +441,7 @@ spec:
 			return seen, status == kernel && exported == kernel, nil
 		})
 		state := sh(t, "cat "+stateFile+"state")
-		if got, err := metric(ctx, "flashcache_volume_state", `state="`+state+`"`); err != nil || got != "1" {
+		if got, err := metric(ctx, "flashcache_volume_state", map[string]string{"state": state}); err != nil || got != "1" {
 			t.Errorf("flashcache_volume_state for bcache's %q: %q, %v; want 1", state, got, err)
 		}
 		// What the alert rules compare: the spec's promises and the check's verdict.
@@ -452,19 +449,19 @@ spec:
 		if err := k8s.Get(ctx, types.NamespacedName{Name: volumeName}, &f); err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []struct{ name, label, value string }{
-			{"flashcache_volume_flush_period_seconds", "", strconv.FormatFloat(f.Spec.EffectiveFlushPeriod().Seconds(), 'g', -1, 64)},
-			{"flashcache_volume_max_wear_percent", "", "90"},
-			{"flashcache_volume_safety_verdict", `verdict="Safe"`, "1"},
-			{"flashcache_volume_safety_verdict", `verdict="Unknown"`, "0"},
-			{"flashcache_volume_writeback_refused", "", "0"},
+		for _, want := range []struct {
+			name   string
+			labels map[string]string
+			value  string
+		}{
+			{"flashcache_volume_flush_period_seconds", nil, strconv.FormatFloat(f.Spec.EffectiveFlushPeriod().Seconds(), 'g', -1, 64)},
+			{"flashcache_volume_max_wear_percent", nil, "90"},
+			{"flashcache_volume_safety_verdict", map[string]string{"verdict": "Safe"}, "1"},
+			{"flashcache_volume_safety_verdict", map[string]string{"verdict": "Unknown"}, "0"},
+			{"flashcache_volume_writeback_refused", nil, "0"},
 		} {
-			var labels []string
-			if want.label != "" {
-				labels = append(labels, want.label)
-			}
-			if got, err := metric(ctx, want.name, labels...); err != nil || got != want.value {
-				t.Errorf("%s{%s}: %q, %v; want %s", want.name, want.label, got, err, want.value)
+			if got, err := metric(ctx, want.name, want.labels); err != nil || got != want.value {
+				t.Errorf("%s%v: %q, %v; want %s", want.name, want.labels, got, err, want.value)
 			}
 		}
 	})
@@ -478,26 +475,29 @@ spec:
 		if once["wipefs"] == 0 {
 			t.Fatalf("flashcache node status -v ran no wipefs: %v", once)
 		}
-		read := func(ctx context.Context) (map[string]float64, error) {
-			out, err := agentMetrics(ctx, vm)
-			if err != nil {
-				return nil, err
-			}
-			return parseSeries(out), nil
+		runs := func(e exposition) float64 {
+			n, _ := e.value("flashcache_engine_runs_total", map[string]string{"volume": volumeName})
+			return n
 		}
-		runs := `flashcache_engine_runs_total{volume="` + volumeName + `"}`
-		before, err := read(ctx)
+		commands := func(e exposition, command string) float64 {
+			n, _ := e.value("flashcache_disk_commands_total", map[string]string{"command": command})
+			return n
+		}
+		before, err := agentMetrics(ctx, vm)
 		if err != nil {
 			t.Fatal(err)
 		}
-		after := eventually(t, ctx, 3*time.Minute, "four refreshes of "+volumeName, func(ctx context.Context) (map[string]float64, bool, error) {
-			m, err := read(ctx)
-			return m, err == nil && m[runs]-before[runs] >= 4, err
+		after := eventually(t, ctx, 3*time.Minute, "four refreshes of "+volumeName, func(ctx context.Context) (exposition, bool, error) {
+			e, err := agentMetrics(ctx, vm)
+			return e, err == nil && runs(e)-runs(before) >= 4, err
 		})
-		refreshes := after[runs] - before[runs]
+		refreshes := runs(after) - runs(before)
+		// The counts must be there to be compared: a refresh observes, and an observation runs wipefs.
+		if ran := commands(after, "wipefs") - commands(before, "wipefs"); ran < float64(once["wipefs"])*(refreshes-1) {
+			t.Errorf("wipefs counted %.0f times in %.0f refreshes; one observation runs it %d times", ran, refreshes, once["wipefs"])
+		}
 		for command, n := range once {
-			series := `flashcache_disk_commands_total{command="` + command + `"}`
-			ran := after[series] - before[series]
+			ran := commands(after, command) - commands(before, command)
 			t.Logf("%s: %.0f runs in %.0f refreshes; one observation runs it %d times", command, ran, refreshes, n)
 			// One refresh under way at either end may be counted in part: with two observations a
 			// refresh, four refreshes would show at least six, more than the five allowed.

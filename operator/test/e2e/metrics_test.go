@@ -4,31 +4,73 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
-// agentMetrics is what the node's agent serves on /metrics (its default address, in the guest).
-func agentMetrics(ctx context.Context, vm *vmharness.VM) (string, error) {
-	return vm.Output(ctx, "exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3")
+// agentMetrics is what the node's agent serves on /metrics (its default address, in the guest),
+// decoded by family.
+func agentMetrics(ctx context.Context, vm *vmharness.VM) (exposition, error) {
+	out, err := vm.Output(ctx, "exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3")
+	if err != nil {
+		return nil, err
+	}
+	return decodeExposition(out)
 }
 
-// parseSeries maps each series of a Prometheus text exposition, `name{labels}` as printed, to its value.
-func parseSeries(exposition string) map[string]float64 {
-	series := map[string]float64{}
-	for _, l := range strings.Split(exposition, "\n") {
-		i := strings.LastIndexByte(l, ' ')
-		if strings.HasPrefix(l, "#") || i < 0 {
+// decodeExposition decodes an HTTP/1.0 answer carrying a Prometheus text exposition.
+func decodeExposition(out string) (exposition, error) {
+	head, body, found := strings.Cut(out, "\r\n\r\n")
+	if !found || !strings.Contains(strings.SplitN(head, "\r\n", 2)[0], " 200 ") {
+		return nil, fmt.Errorf("the agent's /metrics answered %.200q", out)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("decoding the agent's /metrics: %w", err)
+	}
+	return families, nil
+}
+
+// exposition is a scrape's metric families by name.
+type exposition map[string]*dto.MetricFamily
+
+// value is the sample of family name whose labels include every label in want, and whether
+// there is one. A counter, a gauge or an untyped sample; the first that matches.
+func (e exposition) value(name string, want map[string]string) (float64, bool) {
+	family, ok := e[name]
+	if !ok {
+		return 0, false
+	}
+	for _, m := range family.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		all := true
+		for k, v := range want {
+			all = all && labels[k] == v
+		}
+		if !all {
 			continue
 		}
-		if v, err := strconv.ParseFloat(strings.TrimSpace(l[i+1:]), 64); err == nil {
-			series[l[:i]] = v
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue(), true
+		case m.Gauge != nil:
+			return m.Gauge.GetValue(), true
+		case m.Untyped != nil:
+			return m.Untyped.GetValue(), true
 		}
 	}
-	return series
+	return 0, false
 }
 
 var ranCommand = regexp.MustCompile(`\tran\t.*"command": "([^" ]+)`)
