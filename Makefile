@@ -347,8 +347,7 @@ test-bench-smoke: ## make bench in miniature (three configurations, a tiny data 
 	BENCH_SCALE_VOLUMES=50 BENCH_SCALE_NODES=10 BENCH_SCALE_EVICTIONS=20 BENCH_CLAIMS=3 $(BENCH_SCALE); \
 	$(BENCH_REPORT) -results $$out/results -docs $$out/docs; \
 	grep -q 'flashcache-flush-30s' $$out/docs/benchmarks.md && test -s $$out/docs/benchmarks/tps-dm-writecache.png && \
-		test -s $$out/docs/benchmarks/larger-tps-flashcache-congestion-off.png && grep -q '^| Claim to Bound | p50' $$out/docs/benchmarks.md && \
-		awk '/^### Age of dirty data/ {a = 1; next} /^#/ {a = 0} a' $$out/docs/benchmarks.md | grep -q '^| `dm-writecache` |'
+		test -s $$out/docs/benchmarks/larger-tps-flashcache-congestion-off.png && grep -q '^| Claim to Bound | p50' $$out/docs/benchmarks.md
 
 ##@ Packaging
 
