@@ -276,23 +276,14 @@ func (s storage) dirtyBytesScript() string {
 	return "echo 0"
 }
 
-// samplesDirtyAge says whether the run can follow markers to the HDD: those whose volume's
-// blocks have a known place on the raw HDD (backingFirstSector).
-func (s storage) samplesDirtyAge() bool { return s.backingFirstSector() != "" }
-
-// backingFirstSector prints the sector of the raw HDD ($hdd) that holds the volume's block 0,
-// bcache's data offset; "" where a marker's way to the HDD says nothing of the cache's dirty
-// data. lvm's caches: dm-cache sends a write to a block it has not promoted straight to the
-// origin, and dm-writecache, once full (as it is after the warm-up here), sends a write to a
-// block it does not hold there too: every marker reached the HDD at the first read (4830 in
-// dm-writecache's first 20-minute run, all within 0.3 s) while 506 MiB stayed dirty. Their dirty
-// MiB after the run is the measure.
-func (s storage) backingFirstSector() string {
-	if s.onBcache() {
-		return `bcache-super-show $hdd | awk '/dev.data.first_sector/ {print $2}'`
-	}
-	return ""
-}
+// samplesDirtyAge says whether the run can follow markers to the HDD: bcache keeps the backing
+// device's blocks at a fixed offset (its data_offset), so a block of the volume has a known
+// place on the raw HDD. Not lvm's caches: dm-cache sends a write to a block it has not promoted
+// straight to the origin, and dm-writecache, once full (as it is after the warm-up here), sends
+// a write to a block it does not hold there too: every marker reached the HDD at the first read
+// (4830 in dm-writecache's first 20-minute run, all within 0.3 s) while 506 MiB stayed dirty.
+// Their dirty MiB after the run is the measure.
+func (s storage) samplesDirtyAge() bool { return s.onBcache() }
 
 // onBcache says whether the configuration is built on bcache (stock or flashcache's).
 func (s storage) onBcache() bool { return s.kind == stockBcache || s.kind == flashcache }
@@ -302,10 +293,9 @@ func (s storage) onBcache() bool { return s.kind == stockBcache || s.kind == fla
 // reads the raw HDD at the same block every 5 s until the marker is there, then writes the
 // next one. Each line it prints is "arrived WRITTEN ARRIVED" or, when stopped, "open WRITTEN
 // NOW". One marker at a time keeps its reads to 0.2 a second of the HDD's 150.
-func dirtyAgeSampler(firstSector string) string {
-	return `hdd=$(readlink -f ${BACKING:-$HDD})
-first=$(` + firstSector + `)
-if [ -z "$first" ]; then echo "dirty-age sampler: no place on $hdd found for the volume's blocks" >&2; exit 1; fi
+const dirtyAgeSampler = `hdd=$(readlink -f ${BACKING:-$HDD})
+first=$(bcache-super-show $hdd | awk '/dev.data.first_sector/ {print $2}')
+if [ -z "$first" ]; then echo "dirty-age sampler: no data offset in $hdd's bcache superblock" >&2; exit 1; fi
 cat >/run/bench-age.sh <<'EOF'
 hdd=$1 first=$2
 i=0
@@ -328,7 +318,6 @@ rm -f /run/bench-age.stop /run/bench-age.log
 nohup bash /run/bench-age.sh $hdd $first >/run/bench-age.log 2>&1 &
 echo $! >/run/bench-age.pid
 `
-}
 
 // stopDirtyAgeSampler stops the sampler and prints its lines.
 const stopDirtyAgeSampler = `[ -f /run/bench-age.pid ] || exit 0

@@ -265,7 +265,7 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 		return run, fmt.Errorf("bypassed bytes: %w", err)
 	}
 	if s.samplesDirtyAge() {
-		if _, err := g.script(ctx, export+fmt.Sprintf("export FS_MIB=%d\n", filesystemMiB(p))+dirtyAgeSampler(s.backingFirstSector())); err != nil {
+		if _, err := g.script(ctx, export+fmt.Sprintf("export FS_MIB=%d\n", filesystemMiB(p))+dirtyAgeSampler); err != nil {
 			return run, fmt.Errorf("start the dirty-age sampler: %w", err)
 		}
 	}
