@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/flashcache/flashcache/operator/test/expositions"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
@@ -45,30 +46,14 @@ type exposition map[string]*dto.MetricFamily
 // value is the sample of family name whose labels include every label in want, and whether
 // there is one. A counter, a gauge or an untyped sample; the first that matches.
 func (e exposition) value(name string, want map[string]string) (float64, bool) {
-	family, ok := e[name]
-	if !ok {
-		return 0, false
-	}
-	for _, m := range family.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		all := true
-		for k, v := range want {
-			all = all && labels[k] == v
-		}
-		if !all {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			return m.Counter.GetValue(), true
-		case m.Gauge != nil:
-			return m.Gauge.GetValue(), true
-		case m.Untyped != nil:
-			return m.Untyped.GetValue(), true
-		}
+	m := expositions.Find(e, name, want)
+	switch {
+	case m.GetCounter() != nil:
+		return m.GetCounter().GetValue(), true
+	case m.GetGauge() != nil:
+		return m.GetGauge().GetValue(), true
+	case m.GetUntyped() != nil:
+		return m.GetUntyped().GetValue(), true
 	}
 	return 0, false
 }

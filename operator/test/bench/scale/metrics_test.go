@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 
 	"github.com/flashcache/flashcache/operator/test/bench/results"
+	"github.com/flashcache/flashcache/operator/test/expositions"
 )
 
 // protoAccept asks for Prometheus' protobuf exposition: only it carries native histograms,
@@ -57,24 +58,7 @@ func scrape(ctx context.Context, hc *http.Client, url string) (map[string]*dto.M
 
 // findHistogram is the histogram of family name whose labels include want, or nil.
 func findHistogram(families map[string]*dto.MetricFamily, name string, want map[string]string) *dto.Histogram {
-	mf := families[name]
-	if mf == nil {
-		return nil
-	}
-next:
-	for _, m := range mf.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range want {
-			if labels[k] != v {
-				continue next
-			}
-		}
-		return m.GetHistogram()
-	}
-	return nil
+	return expositions.Find(families, name, want).GetHistogram()
 }
 
 // bucket is a histogram bucket with its count (not cumulative) between lower and upper bound.
