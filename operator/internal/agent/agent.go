@@ -239,7 +239,9 @@ func (r *Reconciler) converge(ctx context.Context, fcv *fcv1.FlashCacheVolume, v
 		}
 	}
 	if res.Changed {
-		log.Info("applied", "steps", len(res.Steps))
+		// With the warnings, so that a log says why a volume stays in writethrough (the check's
+		// verdict) after its events have expired.
+		log.Info("applied", "steps", len(res.Steps), "warnings", res.Warnings)
 		if !running {
 			r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "Provisioned", "Apply",
 				"bcache device %s ready at %s (%d steps)", res.Status.Device, res.Status.StablePath, len(res.Steps))

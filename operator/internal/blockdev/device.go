@@ -240,6 +240,12 @@ func RootDisks() ([]string, error) {
 		// A root on a filesystem without a block device (tmpfs, overlay, 9p) has no disk.
 		return nil, nil
 	}
+	return DisksUnder(rootName), nil
+}
+
+// DisksUnder returns the whole disks under the block device name (itself, or the disk it is a
+// partition of, when nothing is stacked under it), following device-mapper and md stacking.
+func DisksUnder(name string) []string {
 	disks := map[string]bool{}
 	var walk func(name string, depth int)
 	walk = func(name string, depth int) {
@@ -263,13 +269,13 @@ func RootDisks() ([]string, error) {
 			walk(s, depth+1)
 		}
 	}
-	walk(rootName, 0)
+	walk(name, 0)
 	out := make([]string, 0, len(disks))
 	for d := range disks {
 		out = append(out, d)
 	}
 	sort.Strings(out)
-	return out, nil
+	return out
 }
 
 // ReadSysfs reads one sysfs attribute, trimmed.

@@ -98,18 +98,21 @@ func (e *Engine) check(ctx context.Context, v Volume, o *Observation) (*CheckRep
 	backingBlank := len(o.BackingSigs) == 0
 
 	rep := &CheckReport{Volume: v.Name, BootID: bootID(), At: time.Now().UTC(), Policy: string(v.Spec.Safety.EffectivePolicy())}
-	cache := e.checkDevice(ctx, "cache", o.Cache, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
+	cache, err := e.checkDevice(ctx, "cache", o.Cache, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
 		if cacheOurs || cacheBlank {
 			return safety.CacheScratchOffset, safety.CacheScratchBytes, ""
 		}
 		return 0, 0, "the device carries data that is not this volume's: nothing is written to it"
 	})
+	if err != nil {
+		return nil, err
+	}
 	cache.Wear = e.wear(ctx, o.Cache, int(v.Spec.Safety.EffectiveMaxWearPercent()))
 	if cache.Wear != nil && cache.Wear.Worn {
 		rep.Worn = true
 		cache.Reasons = append(cache.Reasons, cache.Wear.Reasons...)
 	}
-	backing := e.checkDevice(ctx, "backing", o.Backing, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
+	backing, err := e.checkDevice(ctx, "backing", o.Backing, v.Spec.Safety.TrustWriteCache, func() (int64, int64, string) {
 		if backingBlank {
 			return safety.BackingScratchOffset, safety.BackingScratchBytes, ""
 		}
@@ -121,6 +124,9 @@ func (e *Engine) check(ctx context.Context, v Volume, o *Observation) (*CheckRep
 		}
 		return 0, 0, "the device carries data that is not this volume's: nothing is written to it"
 	})
+	if err != nil {
+		return nil, err
+	}
 	rep.Devices = []DeviceCheck{cache, backing}
 	rep.Verdict = safety.Combine(cache.Verdict, backing.Verdict)
 	for _, d := range rep.Devices {
@@ -133,10 +139,19 @@ func (e *Engine) check(ctx context.Context, v Volume, o *Observation) (*CheckRep
 	return rep, nil
 }
 
-func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device, trusted bool, scratch func() (int64, int64, string)) DeviceCheck {
+// checkDevice judges one device. Its error is only that of waiting for the disks to probe: a
+// failed probe is a reason in the verdict.
+func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device, trusted bool, scratch func() (int64, int64, string)) (DeviceCheck, error) {
 	c := DeviceCheck{Role: role, Path: d.Path, Device: d.DevPath, MajorMinor: d.MajorMinor, HardwareID: d.HardwareID, SizeBytes: d.SizeBytes,
 		Kernel: safety.KernelViewOf(d), Cache: safety.DeviceViewOf(ctx, e.Run, d)}
 	off, size, skip := scratch()
+	if skip == "" {
+		unlock, err := lockDisksToProbe(ctx, blockdev.DisksUnder(d.Name))
+		if err != nil {
+			return c, fmt.Errorf("probing the %s device %s: %w", role, d.DevPath, err)
+		}
+		defer unlock()
+	}
 	if skip != "" {
 		c.Probe = &safety.Probe{SkipReason: skip}
 	} else if p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits); err != nil {
@@ -152,7 +167,7 @@ func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device
 		}
 	}
 	c.Verdict, c.Reasons = safety.Judge(c.Kernel, c.Cache, c.Probe, trusted)
-	return c
+	return c, nil
 }
 
 // wear reads SMART; smartctl's exit status is a bit mask that is non-zero for a worn device, so

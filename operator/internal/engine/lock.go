@@ -69,6 +69,22 @@ func poolPaths(p Pool) []string {
 	return paths
 }
 
+// probeLockWait bounds how long a durability probe waits for the probes of other volumes on the
+// same disks: each takes a few seconds (safety.DefaultProbeLimits, taken again near the bar), and
+// a StatefulSet scaled up builds its volumes on one pool side by side.
+const probeLockWait = 5 * time.Minute
+
+// lockDisksToProbe takes whole disks alone for a durability probe. Carved volumes converge side
+// by side on their pool's disks, and two probes on one disk would time each other: one's flush
+// can write the other's block, or wait behind the other's flush, and a verdict stays for the boot.
+func lockDisksToProbe(ctx context.Context, disks []string) (Unlock, error) {
+	keys := make([]string, len(disks))
+	for i, d := range disks {
+		keys[i] = "durability probe of disk " + d
+	}
+	return lockPaths(ctx, keys, nil, probeLockWait)
+}
+
 // lockPaths takes every path's lock, exclusive ones alone and shared ones with other shared
 // holders, or none.
 func lockPaths(ctx context.Context, exclusive, shared []string, wait time.Duration) (Unlock, error) {

@@ -87,6 +87,7 @@ func SyncWriteProbe(ctx context.Context, dev string, offset, size int64, limits 
 		durable = append(durable, flushed.Sub(t))
 	}
 	p := summarize(durable, time.Since(start), offset, size)
+	p.Started, p.Ended = start, time.Now()
 	w, fl, ef := summarize(plain, 0, offset, size), summarize(flush, 0, offset, size), summarize(emptyFlush, 0, offset, size)
 	p.PlainP10, p.PlainP50 = w.P10, w.P50
 	p.FlushP10, p.FlushP50 = fl.P10, fl.P50

@@ -43,6 +43,9 @@ type DeviceView struct {
 // written (see SyncWriteProbe).
 type Probe struct {
 	Writes int `json:"writes"`
+	// Started and Ended bound the probe's I/O: no other probe of the same disk runs in between.
+	Started time.Time `json:"started,omitzero"`
+	Ended   time.Time `json:"ended,omitzero"`
 	// Offset and Bytes locate the scratch region written (never user data nor spare area).
 	Offset int64 `json:"offset"`
 	Bytes  int64 `json:"bytes"`

@@ -333,6 +333,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"WearCrossingTheLimitWhileRunningIsFlushedAndHeldInWritethrough", testWearWhileRunning},
 		{"PoolRefusesADiskWithDataAndKeepsIt", testPoolRefusesData},
 		{"PoolFromBlankDisksIsACacheSetAndAVolumeGroupWithTwoCarvedVolumes", testPoolBuild},
+		{"CarvedVolumesCheckedAtOnceProbeEachDiskInTurn", testCarvedVolumesProbeEachDiskInTurn},
 		{"CarvedVolumesKeepTheirOwnDataAndDirtyData", testCarvedVolumesKeepTheirOwnData},
 		{"CarvedVolumeGrowsWhenNothingUsesIt", testCarvedVolumeGrowsWhenNotInUse},
 		{"PoolGrowsByADiskAddedToItsSpec", testPoolGrows},

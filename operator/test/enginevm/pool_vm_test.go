@@ -3,12 +3,14 @@
 package enginevm
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
@@ -380,5 +382,54 @@ func testPoolTeardown(t *testing.T, g *guest) {
 	}
 	if r, code, _ := g.node(t, "teardown", "pool2.yaml", "--confirm"); code != 0 || !r.Changed {
 		t.Errorf("final teardown: exit %d changed %v", code, r.Changed)
+	}
+}
+
+// testCarvedVolumesProbeEachDiskInTurn checks both carved volumes at once, as the agent does when a
+// StatefulSet scaled up builds them side by side: their durability probes share the pool's SSD
+// and HDD, and a probe that ran beside another would time the other's writes and flushes.
+func testCarvedVolumesProbeEachDiskInTurn(t *testing.T, g *guest) {
+	g.sh(t, "for v in carved-a carved-b; do flashcache node check --config /root/pool.yaml --volume $v -o json > /root/check-$v.json & done; wait")
+	type window struct {
+		volume, device string
+		from, to       time.Time
+	}
+	probes := map[string][]window{}
+	for _, v := range []string{"carved-a", "carved-b"} {
+		var r struct {
+			Volumes []struct {
+				Check struct {
+					Devices []struct {
+						Role   string `json:"role"`
+						Device string `json:"device"`
+						Probe  struct {
+							Writes     int       `json:"writes"`
+							Started    time.Time `json:"started"`
+							Ended      time.Time `json:"ended"`
+							SkipReason string    `json:"skipReason"`
+						} `json:"probe"`
+					} `json:"devices"`
+				} `json:"check"`
+			} `json:"volumes"`
+		}
+		out := g.sh(t, "cat /root/check-"+v+".json")
+		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Volumes) != 1 || len(r.Volumes[0].Check.Devices) != 2 {
+			t.Fatalf("check of %s: %v\n%s", v, err, out)
+		}
+		for _, d := range r.Volumes[0].Check.Devices {
+			if d.Probe.Writes == 0 || d.Probe.Started.IsZero() || d.Probe.Ended.Before(d.Probe.Started) {
+				t.Fatalf("%s's %s %s was not probed: %+v", v, d.Role, d.Device, d.Probe)
+			}
+			probes[d.Role] = append(probes[d.Role], window{v, d.Device, d.Probe.Started, d.Probe.Ended})
+			t.Logf("%s's %s %s probed %s .. %s", v, d.Role, d.Device, d.Probe.Started.Format(time.StampMicro), d.Probe.Ended.Format(time.StampMicro))
+		}
+	}
+	// Both caches are the pool's SSD partition, both backing devices logical volumes on its one HDD.
+	for role, w := range probes {
+		a, b := w[0], w[1]
+		if a.from.Before(b.to) && b.from.Before(a.to) {
+			t.Errorf("the %s probes ran at once on one disk: %s's %s %s .. %s and %s's %s %s .. %s", role,
+				a.volume, a.device, a.from.Format(time.StampMicro), a.to.Format(time.StampMicro), b.volume, b.device, b.from.Format(time.StampMicro), b.to.Format(time.StampMicro))
+		}
 	}
 }
