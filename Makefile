@@ -256,7 +256,7 @@ test-durability: ## Power cuts under a committing workload, on honest and lying 
 vm-shell: ## Boot the test VM with an NVMe and an HDD and open a root shell in it.
 	@hack/install-vm-deps.sh
 	@img=$$(hack/build-vm-image.sh); \
-	cd operator && go run ./test/vmshell -image "$$img"
+	cd operator && go run ./test/vmshell -image "$$img" $(VMSHELL_ARGS)
 
 ##@ Hosts without Kubernetes (Ansible)
 

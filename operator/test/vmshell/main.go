@@ -29,7 +29,12 @@ func run() error {
 	workDir := flag.String("workdir", "", "keep the disks and logs here (default: a temporary folder, removed afterwards)")
 	nvmeGiB := flag.Int64("nvme-gib", 4, "NVMe size in GiB")
 	hddGiB := flag.Int64("hdd-gib", 8, "HDD size in GiB")
+	hddCache := flag.String("hdd-cache", vmharness.CacheNone.String(), "the HDD's write cache: "+strings.Join(cacheNames(), ", "))
 	flag.Parse()
+	cache, ok := cacheNamed(*hddCache)
+	if !ok {
+		return fmt.Errorf("-hdd-cache %q: want one of %s", *hddCache, strings.Join(cacheNames(), ", "))
+	}
 	if *image == "" {
 		return errors.New("no image: pass -image or set FLASHCACHE_VM_IMAGE (make vm-shell does)")
 	}
@@ -48,7 +53,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	nvme := vmharness.Disk{Kind: vmharness.NVMe, Serial: "fc-cache0", Size: *nvmeGiB << 30}
-	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-backing0", Size: *hddGiB << 30}
+	hdd := vmharness.Disk{Kind: vmharness.HDD, Serial: "fc-backing0", Size: *hddGiB << 30, Cache: cache}
 	fmt.Fprintf(os.Stderr, "vmshell: booting in %s (about 20 s under TCG)\n", dir)
 	vm, err := vmharness.Boot(ctx, vmharness.Options{
 		Image: *image, WorkDir: dir, Disks: []vmharness.Disk{nvme, hdd},
@@ -69,4 +74,23 @@ func run() error {
 		return err
 	}
 	return nil
+}
+
+var caches = []vmharness.DiskCache{vmharness.CacheNone, vmharness.CacheVolatileHonest, vmharness.CacheVolatileLying}
+
+func cacheNames() []string {
+	names := make([]string, len(caches))
+	for i, c := range caches {
+		names[i] = c.String()
+	}
+	return names
+}
+
+func cacheNamed(name string) (vmharness.DiskCache, bool) {
+	for _, c := range caches {
+		if c.String() == name {
+			return c, true
+		}
+	}
+	return 0, false
 }
