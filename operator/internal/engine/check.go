@@ -145,29 +145,35 @@ func (e *Engine) checkDevice(ctx context.Context, role string, d blockdev.Device
 	c := DeviceCheck{Role: role, Path: d.Path, Device: d.DevPath, MajorMinor: d.MajorMinor, HardwareID: d.HardwareID, SizeBytes: d.SizeBytes,
 		Kernel: safety.KernelViewOf(d), Cache: safety.DeviceViewOf(ctx, e.Run, d)}
 	off, size, skip := scratch()
-	if skip == "" {
+	if skip != "" {
+		c.Probe = &safety.Probe{SkipReason: skip}
+	} else {
 		unlock, err := lockDisksToProbe(ctx, blockdev.DisksUnder(d.Name))
 		if err != nil {
 			return c, fmt.Errorf("probing the %s device %s: %w", role, d.DevPath, err)
 		}
-		defer unlock()
-	}
-	if skip != "" {
-		c.Probe = &safety.Probe{SkipReason: skip}
-	} else if p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits); err != nil {
-		c.Probe = &safety.Probe{SkipReason: err.Error()}
-	} else {
-		c.Probe = p
-		for again := 0; again < 2 && c.Probe.NearTheBar(c.Kernel); again++ {
-			p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits)
-			if err != nil {
-				break
-			}
-			c.Probe = safety.LowerFlushCost(c.Probe, p)
-		}
+		c.Probe = probe(ctx, d, c.Kernel, off, size)
+		unlock()
 	}
 	c.Verdict, c.Reasons = safety.Judge(c.Kernel, c.Cache, c.Probe, trusted)
 	return c, nil
+}
+
+// probe times flushes on the scratch region [off, off+size) of d, again when the first probe's
+// flush cost is near the bar, keeping the lowest; a probe that fails says why.
+func probe(ctx context.Context, d blockdev.Device, k safety.KernelView, off, size int64) *safety.Probe {
+	p, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits)
+	if err != nil {
+		return &safety.Probe{SkipReason: err.Error()}
+	}
+	for again := 0; again < 2 && p.NearTheBar(k); again++ {
+		next, err := safety.SyncWriteProbe(ctx, d.DevPath, off, size, safety.DefaultProbeLimits)
+		if err != nil {
+			break
+		}
+		p = safety.LowerFlushCost(p, next)
+	}
+	return p
 }
 
 // wear reads SMART; smartctl's exit status is a bit mask that is non-zero for a worn device, so
