@@ -222,7 +222,7 @@ func withAfterApply(s storage, script string) storage {
 var defaultConfigs = map[string][]string{
 	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-flush-off", "flashcache-flush-30s",
 		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
-	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "flashcache", "flashcache-spare-0", "flashcache-flush-off", "flashcache-fragment-off",
+	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "bcache-stock-bucket-64k", "flashcache", "flashcache-spare-0", "flashcache-flush-off", "flashcache-fragment-off",
 		"flashcache-cutoff-4m", "flashcache-fifo", "flashcache-congestion-off", "lvmcache", "dm-writecache"},
 }
 
