@@ -763,42 +763,55 @@ func testTeardown(t *testing.T, g *guest) {
 	g.sh(t, "mount -o ro "+hddC.ByID()+" /mnt/c && sha256sum -c /root/c.sum && umount /mnt/c")
 }
 
-func testCheck(t *testing.T, g *guest) {
-	sum := g.sh(t, "dd if=/dev/flashcache/vol-a bs=1M count=128 iflag=direct status=none | sha256sum | cut -d' ' -f1")
-	stdout := g.sh(t, "flashcache node check --config /root/a.yaml -o json")
+// checkReport is a volume's check in `flashcache node check -o json`.
+type checkReport struct {
+	Verdict          string `json:"verdict"`
+	WritebackAllowed bool   `json:"writebackAllowed"`
+	Devices          []struct {
+		Role   string `json:"role"`
+		Device string `json:"device"`
+		Kernel struct {
+			WriteCache string `json:"writeCache"`
+			Rotational bool   `json:"rotational"`
+		} `json:"kernel"`
+		WriteCache struct {
+			Source        string `json:"source"`
+			VolatileCache *bool  `json:"volatileCache"`
+		} `json:"writeCache"`
+		Probe struct {
+			Writes     int       `json:"writes"`
+			Started    time.Time `json:"started"`
+			Ended      time.Time `json:"ended"`
+			P50        int64     `json:"p50"`
+			P99        int64     `json:"p99"`
+			PerSecond  float64   `json:"perSecond"`
+			Offset     int64     `json:"offset"`
+			SkipReason string    `json:"skipReason"`
+		} `json:"probe"`
+		Verdict string   `json:"verdict"`
+		Reasons []string `json:"reasons"`
+	} `json:"devices"`
+}
+
+// decodeCheck is the check of the one volume a `flashcache node check -o json` ran on, with its
+// two devices.
+func decodeCheck(t *testing.T, stdout string) checkReport {
+	t.Helper()
 	var r struct {
 		Volumes []struct {
-			Check struct {
-				Verdict          string `json:"verdict"`
-				WritebackAllowed bool   `json:"writebackAllowed"`
-				Devices          []struct {
-					Role   string `json:"role"`
-					Kernel struct {
-						WriteCache string `json:"writeCache"`
-						Rotational bool   `json:"rotational"`
-					} `json:"kernel"`
-					WriteCache struct {
-						Source        string `json:"source"`
-						VolatileCache *bool  `json:"volatileCache"`
-					} `json:"writeCache"`
-					Probe struct {
-						Writes     int     `json:"writes"`
-						P50        int64   `json:"p50"`
-						P99        int64   `json:"p99"`
-						PerSecond  float64 `json:"perSecond"`
-						Offset     int64   `json:"offset"`
-						SkipReason string  `json:"skipReason"`
-					} `json:"probe"`
-					Verdict string   `json:"verdict"`
-					Reasons []string `json:"reasons"`
-				} `json:"devices"`
-			} `json:"check"`
+			Check checkReport `json:"check"`
 		} `json:"volumes"`
 	}
 	if err := json.Unmarshal([]byte(stdout), &r); err != nil || len(r.Volumes) != 1 || len(r.Volumes[0].Check.Devices) != 2 {
 		t.Fatalf("check report: %v\n%s", err, stdout)
 	}
-	c := r.Volumes[0].Check
+	return r.Volumes[0].Check
+}
+
+func testCheck(t *testing.T, g *guest) {
+	sum := g.sh(t, "dd if=/dev/flashcache/vol-a bs=1M count=128 iflag=direct status=none | sha256sum | cut -d' ' -f1")
+	stdout := g.sh(t, "flashcache node check --config /root/a.yaml -o json")
+	c := decodeCheck(t, stdout)
 	for _, d := range c.Devices {
 		t.Logf("%s: kernel %q rotational=%v; device %s volatile=%v; write+flush p50 %s p99 %s (%.0f/s) at offset %d: %s %q",
 			d.Role, d.Kernel.WriteCache, d.Kernel.Rotational, d.WriteCache.Source, d.WriteCache.VolatileCache != nil && *d.WriteCache.VolatileCache,

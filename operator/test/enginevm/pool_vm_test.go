@@ -3,7 +3,6 @@
 package enginevm
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -396,27 +395,8 @@ func testCarvedVolumesProbeEachDiskInTurn(t *testing.T, g *guest) {
 	}
 	probes := map[string][]window{}
 	for _, v := range []string{"carved-a", "carved-b"} {
-		var r struct {
-			Volumes []struct {
-				Check struct {
-					Devices []struct {
-						Role   string `json:"role"`
-						Device string `json:"device"`
-						Probe  struct {
-							Writes     int       `json:"writes"`
-							Started    time.Time `json:"started"`
-							Ended      time.Time `json:"ended"`
-							SkipReason string    `json:"skipReason"`
-						} `json:"probe"`
-					} `json:"devices"`
-				} `json:"check"`
-			} `json:"volumes"`
-		}
-		out := g.sh(t, "cat /root/check-"+v+".json")
-		if err := json.Unmarshal([]byte(out), &r); err != nil || len(r.Volumes) != 1 || len(r.Volumes[0].Check.Devices) != 2 {
-			t.Fatalf("check of %s: %v\n%s", v, err, out)
-		}
-		for _, d := range r.Volumes[0].Check.Devices {
+		check := decodeCheck(t, g.sh(t, "cat /root/check-"+v+".json"))
+		for _, d := range check.Devices {
 			if d.Probe.Writes == 0 || d.Probe.Started.IsZero() || d.Probe.Ended.Before(d.Probe.Started) {
 				t.Fatalf("%s's %s %s was not probed: %+v", v, d.Role, d.Device, d.Probe)
 			}
