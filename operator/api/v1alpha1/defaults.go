@@ -15,9 +15,11 @@ const (
 	DefaultFlushPeriod                 = 5 * time.Minute
 	DefaultSequentialCutoffBytes int64 = 4 << 20
 	DefaultReplacementPolicy           = ReplacementPolicyLRU
-	DefaultSafetyPolicy                = SafetyPolicyEnforce
-	DefaultMaxWearPercent        int32 = 90
-	DefaultWearCheckInterval           = time.Hour
+	// DefaultBucketSizeBytes is make-bcache's own default.
+	DefaultBucketSizeBytes   int64 = 512 << 10
+	DefaultSafetyPolicy            = SafetyPolicyEnforce
+	DefaultMaxWearPercent    int32 = 90
+	DefaultWearCheckInterval       = time.Hour
 )
 
 // EffectiveMode is spec.mode, or its default.
@@ -34,6 +36,21 @@ func (s *FlashCacheVolumeSpec) EffectiveOverProvisionPercent() int32 {
 		return *s.CacheDevice.OverProvisionPercent
 	}
 	return DefaultOverProvisionPercent
+}
+
+// EffectiveBucketSizeBytes is spec.cacheDevice.bucketSize in bytes, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveBucketSizeBytes() int64 {
+	if s.CacheDevice != nil {
+		return s.CacheDevice.effectiveBucketSizeBytes()
+	}
+	return DefaultBucketSizeBytes
+}
+
+func (c *CacheDeviceSpec) effectiveBucketSizeBytes() int64 {
+	if c.BucketSize != nil {
+		return c.BucketSize.Value()
+	}
+	return DefaultBucketSizeBytes
 }
 
 // EffectiveDirtyThresholdPercent is spec.dirtyThresholdPercent, or its default.
@@ -119,4 +136,9 @@ func (s *FlashCachePoolSpec) EffectiveOverProvisionPercent() int32 {
 		return *s.CacheDevice.OverProvisionPercent
 	}
 	return DefaultOverProvisionPercent
+}
+
+// EffectiveBucketSizeBytes is spec.cacheDevice.bucketSize in bytes, or its default.
+func (s *FlashCachePoolSpec) EffectiveBucketSizeBytes() int64 {
+	return s.CacheDevice.effectiveBucketSizeBytes()
 }

@@ -17,6 +17,7 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 		{"sequentialCutoff", s.EffectiveSequentialCutoffBytes(), DefaultSequentialCutoffBytes},
 		{"cacheSequentialUntilFull", s.EffectiveCacheSequentialUntilFull(), true},
 		{"replacementPolicy", s.EffectiveReplacementPolicy(), DefaultReplacementPolicy},
+		{"cacheDevice.bucketSize", s.EffectiveBucketSizeBytes(), DefaultBucketSizeBytes},
 		{"safety.policy", s.Safety.EffectivePolicy(), DefaultSafetyPolicy},
 		{"safety.maxWearPercent", s.Safety.EffectiveMaxWearPercent(), DefaultMaxWearPercent},
 		{"safety.wearCheckInterval", s.Safety.EffectiveWearCheckInterval(), DefaultWearCheckInterval},

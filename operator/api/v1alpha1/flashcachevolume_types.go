@@ -79,6 +79,20 @@ type CacheDeviceSpec struct {
 	// +kubebuilder:validation:Maximum=50
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cacheDevice.overProvisionPercent is immutable: the cache device is already partitioned"
 	OverProvisionPercent *int32 `json:"overProvisionPercent,omitempty"`
+
+	// bucketSize is bcache's unit of allocation and eviction on the cache device, a power of two
+	// from 4Ki to 16Mi. Smaller buckets let clean data be evicted without the dirty data beside
+	// it, and writeback paces itself by how many buckets hold dirty data; they cost the node's
+	// memory (bcache keeps a few bytes for each bucket) and, in a pool, attachments: the cache
+	// set's table of volumes is one bucket, bucketSize/128 volumes in the pool's life (4096 at
+	// 512Ki, 512 at 64Ki). See docs/design.md. It is written when the cache device is formatted
+	// and kept for the device's life: a cache already formatted with another size keeps it, and
+	// apply says so in a warning.
+	// +optional
+	// +kubebuilder:default="512Ki"
+	// +kubebuilder:validation:XValidation:rule="quantity(string(self)).isInteger() && [4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576, 2097152, 4194304, 8388608, 16777216].exists(b, quantity(string(self)).asInteger() == b)",message="cacheDevice.bucketSize must be a power of two from 4Ki to 16Mi"
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="cacheDevice.bucketSize is immutable: the cache device is formatted with it"
+	BucketSize *resource.Quantity `json:"bucketSize,omitempty"`
 }
 
 // BackingDeviceSpec names the slow device that holds the data. Exactly one of path and iscsi is set.

@@ -68,6 +68,9 @@ func TestPoolDefaultsAreFilledByTheAPIServer(t *testing.T) {
 	if p := got.Spec.CacheDevice.OverProvisionPercent; p == nil || *p != fcv1.DefaultOverProvisionPercent {
 		t.Errorf("cacheDevice.overProvisionPercent = %v, want %d", deref(p), fcv1.DefaultOverProvisionPercent)
 	}
+	if b := got.Spec.CacheDevice.BucketSize; b == nil || b.Value() != fcv1.DefaultBucketSizeBytes {
+		t.Errorf("cacheDevice.bucketSize = %v, want %d bytes", b, fcv1.DefaultBucketSizeBytes)
+	}
 	if got.Spec.ReplacementPolicy != fcv1.DefaultReplacementPolicy {
 		t.Errorf("replacementPolicy = %q, want %q", got.Spec.ReplacementPolicy, fcv1.DefaultReplacementPolicy)
 	}
@@ -101,6 +104,7 @@ func TestInvalidPoolsAreRejectedNamingTheField(t *testing.T) {
 		{"the cache device as backing device", set([]any{map[string]any{"path": "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_pool01"}}, "spec", "backingDevices"), "spec.backingDevices", "must not be the cache device"},
 		{"kernel name as cache device", set("/dev/nvme0n1", "spec", "cacheDevice", "path"), "spec.cacheDevice.path", "/dev/disk/by-"},
 		{"unknown replacement policy", set("mru", "spec", "replacementPolicy"), "spec.replacementPolicy", "lru"},
+		{"bucket size not a power of two", set("3Mi", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
 		{"name not a DNS label", set("Pool_A", "metadata", "name"), "metadata.name", "DNS label"},
 	}
 	for i, c := range cases {

@@ -191,6 +191,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"sequentialCutoff", s.SequentialCutoff.Value(), fcv1.DefaultSequentialCutoffBytes},
 		{"cacheSequentialUntilFull", s.CacheSequentialUntilFull != nil && *s.CacheSequentialUntilFull, true},
 		{"replacementPolicy", s.ReplacementPolicy, fcv1.DefaultReplacementPolicy},
+		{"cacheDevice.bucketSize", s.CacheDevice.BucketSize.Value(), fcv1.DefaultBucketSizeBytes},
 		{"volume.storageClassName", s.Volume.StorageClassName, "flashcache"},
 		{"volume.volumeMode", string(s.Volume.VolumeMode), "Filesystem"},
 		{"volume.fsType", s.Volume.FSType, fcv1.FileSystemType("xfs")},
@@ -229,6 +230,8 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 		"flush period off":          {set("0s", "spec", "flushPeriod")},
 		"flush period compound":     {set("1h30m", "spec", "flushPeriod")},
 		"cutoff zero as integer":    {set(int64(0), "spec", "sequentialCutoff")},
+		"smallest bucket, in bytes": {set(int64(4096), "spec", "cacheDevice", "bucketSize")},
+		"largest bucket":            {set("16Mi", "spec", "cacheDevice", "bucketSize")},
 		"block volume, writearound": {set("Block", "spec", "volume", "volumeMode"), set("writearound", "spec", "mode")},
 		"wipe consent":              {set(map[string]any{"cacheDevice": true, "backingDevice": true}, "spec", "wipe")},
 	}
@@ -275,6 +278,10 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"sequential cutoff fractional", set("1.5", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "whole number of bytes"},
 		{"sequential cutoff negative", set("-4Mi", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "whole number of bytes"},
 		{"sequential cutoff above 1Gi", set("2Gi", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "0 to 1Gi"},
+		{"bucket size not a power of two", set("96Ki", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
+		{"bucket size below a page", set("2Ki", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
+		{"bucket size above what the superblock holds", set("32Mi", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
+		{"bucket size fractional", set("0.5", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
 		{"iscsi bad iqn", func(u *unstructured.Unstructured) {
 			remove("spec", "backingDevice", "path")(u)
 			set(map[string]any{"portal": "192.0.2.10", "iqn": "san1-mysql", "lun": int64(0)}, "spec", "backingDevice", "iscsi")(u)
@@ -337,6 +344,7 @@ func TestImmutableFieldsAreRejectedOnUpdate(t *testing.T) {
 		// The one device that may change: a new SSD in place of a lost one.
 		{"cache device", set("/dev/disk/by-id/nvme-other", "spec", "cacheDevice", "path"), ""},
 		{"over-provisioning", set(int64(30), "spec", "cacheDevice", "overProvisionPercent"), "spec.cacheDevice.overProvisionPercent"},
+		{"bucket size", set("64Ki", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize"},
 		{"backing device", set("/dev/disk/by-id/ata-other", "spec", "backingDevice", "path"), "spec.backingDevice"},
 		{"backing device to iscsi", func(u *unstructured.Unstructured) {
 			remove("spec", "backingDevice", "path")(u)

@@ -51,7 +51,9 @@ func (r Runner) RereadPartitionTable(ctx context.Context, devPath string) error 
 type MakeBcache struct {
 	CacheDevPath      string
 	ReplacementPolicy string // lru or fifo: make-bcache knows no other
-	BackingDevPath    string
+	// BucketBytes is the cache device's bucket size; 0 leaves make-bcache's own (512 KiB).
+	BucketBytes    int64
+	BackingDevPath string
 	// DataOffsetSectors is where the backing device's data starts.
 	DataOffsetSectors int
 	CacheSetUUID      string
@@ -61,6 +63,9 @@ type MakeBcache struct {
 func (r Runner) MakeBcache(ctx context.Context, m MakeBcache) error {
 	var args []string
 	if m.CacheDevPath != "" {
+		if m.BucketBytes > 0 {
+			args = append(args, "--bucket", strconv.FormatInt(m.BucketBytes, 10))
+		}
 		args = append(args, "--cache_replacement_policy="+m.ReplacementPolicy, "-C", m.CacheDevPath)
 	}
 	if m.BackingDevPath != "" {

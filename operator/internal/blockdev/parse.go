@@ -42,6 +42,16 @@ func (s SuperBlock) DataOffsetBytes() (int64, error) {
 	return sectors * 512, nil
 }
 
+// BucketBytes is a cache device's bucket size, which make-bcache wrote and the kernel keeps.
+func (s SuperBlock) BucketBytes() (int64, error) {
+	v := s.Fields["dev.sectors_per_bucket"]
+	sectors, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("dev.sectors_per_bucket %q: %w", v, err)
+	}
+	return sectors * 512, nil
+}
+
 // ParseSuperShow parses the output of bcache-super-show.
 func ParseSuperShow(out string) (SuperBlock, error) {
 	sb := SuperBlock{Fields: map[string]string{}}

@@ -70,6 +70,9 @@ func TestParseSuperShowCache(t *testing.T) {
 	if _, err := sb.DataOffsetBytes(); err == nil {
 		t.Error("a cache superblock has no data offset")
 	}
+	if b, err := sb.BucketBytes(); err != nil || b != 512<<10 {
+		t.Errorf("bucket size = %d, %v; want 524288", b, err)
+	}
 }
 
 func TestParseSuperShowRejectsNonBcache(t *testing.T) {

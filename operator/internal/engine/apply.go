@@ -136,6 +136,9 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	if o.Cache.DiscardMaxBytes == 0 {
 		res.Warnings = append(res.Warnings, fmt.Sprintf("%s does not support discard: the spare area is not known to the SSD as free", o.Cache.DevPath))
 	}
+	if w := bucketSizeWarning(v, o); w != "" {
+		res.Warnings = append(res.Warnings, w)
+	}
 	res.Status = statusOf(v, o)
 	res.Status.Held = want.Hold
 	if n := res.Status.BackingIOErrors; n > 0 {
@@ -149,6 +152,27 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 			fcv1.ReasonCacheDeviceErrors, o.Cache.DevPath, n, cacheIOErrorLimit))
 	}
 	return res, nil
+}
+
+// bucketSizeWarning says when the cache the volume uses was formatted with another bucket size
+// than its spec (or its pool's) asks for. The size is make-bcache's, written once: changing it
+// means formatting the cache again, which drops everything cached, so the engine never does it
+// for a spec change; a new cache device takes the spec's size.
+func bucketSizeWarning(v Volume, o *Observation) string {
+	if o.CacheSB == nil || !o.CacheSB.IsCache() {
+		return ""
+	}
+	have, err := o.CacheSB.BucketBytes()
+	want := v.cacheLayout().bucketBytes
+	if err != nil || have == want {
+		return ""
+	}
+	field := "cacheDevice.bucketSize"
+	if v.Carved() {
+		field = "pool " + v.Spec.Pool.Name + "'s " + field
+	}
+	return fmt.Sprintf("%s is %s, but %s was formatted with buckets of %s, which it keeps: the bucket size is set only when a cache device is formatted",
+		field, humanSize(want), o.CachePart.DevPath, humanSize(have))
 }
 
 func wornText(worn bool) string {
@@ -236,6 +260,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 				return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 			}
 			m.CacheDevPath, m.ReplacementPolicy = o.CachePart.DevPath, makeBcachePolicy(v.Spec.EffectiveReplacementPolicy())
+			m.BucketBytes = v.cacheLayout().bucketBytes
 		}
 		if s.Kind != StepMakeCache {
 			// Data from 2 MiB: the gap after the superblock is the durability probe's scratch.

@@ -125,13 +125,12 @@ const (
 	backingDataOffsetBytes = safety.BackingDataOffsetSectors * sectorSize
 	// gptBackupSectors is what the backup GPT takes at the end of the disk.
 	gptBackupSectors = 34
-	// minCachePartition is the smallest cache partition the kernel registers: bcache 6.1 refuses
+	// minCacheBuckets is the fewest buckets a cache the kernel registers has: bcache 6.1 refuses
 	// a cache of 512 buckets or fewer ("ca->sb.nbuckets is too small"; it sizes its free lists
-	// from the bucket count rounded up to a power of two, divided by 1024), and make-bcache's
-	// buckets are 512 KiB. A 127 MiB partition was made, then refused at registration, seen in
-	// the VM; refused here, nothing is written first.
-	makeBcacheBucketBytes = 512 << 10
-	minCachePartition     = 513 * makeBcacheBucketBytes
+	// from the bucket count rounded up to a power of two, divided by 1024). A 127 MiB partition of
+	// 512-KiB buckets was made, then refused at registration, seen in the VM; refused here,
+	// nothing is written first.
+	minCacheBuckets = 513
 	// writebackDelay is bcache's pause after each full pass of writeback over the index, in
 	// seconds. A write to the knob does not cut a pause short, so a blocking flush waited up to
 	// the kernel's default of 30 s before it wrote anything: `make bench` measured a 63 MiB
@@ -204,7 +203,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 		}
 		steps = append(steps, Step{Kind: StepDetachLostCache, Device: o.Backing.DevPath, Value: o.BackingReg.AttachedSet})
 	}
-	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, label, cacheIsOurs, wipeConsent(v).CacheDevice, v.Spec.EffectiveOverProvisionPercent(), "volume")
+	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, label, cacheIsOurs, wipeConsent(v).CacheDevice, v.cacheLayout(), "volume")
 	if err != nil {
 		return nil, err
 	}
@@ -372,8 +371,8 @@ func planCarved(v Volume, o *Observation, want Desired) ([]Step, error) {
 // pool (what), whose label names it: read a table of ours the kernel has not, or wipe (with
 // consent) and partition a device that is not ours, leaving the spare area. It says whether the
 // partition is ours with a cache superblock already, and names the partition for later steps.
-func planCachePartition(o *CacheSide, label string, ours, consent bool, overProvisionPercent int32, what string) (steps []Step, cacheSB bool, cachePart string, err error) {
-	steps, ours, err = planPartitionSteps(o, label, ours, consent, overProvisionPercent)
+func planCachePartition(o *CacheSide, label string, ours, consent bool, layout cacheLayout, what string) (steps []Step, cacheSB bool, cachePart string, err error) {
+	steps, ours, err = planPartitionSteps(o, label, ours, consent, layout)
 	if err != nil {
 		return nil, false, "", err
 	}
@@ -389,7 +388,7 @@ func planCachePartition(o *CacheSide, label string, ours, consent bool, overProv
 	return steps, cacheSB, cachePart, nil
 }
 
-func planPartitionSteps(o *CacheSide, label string, ours, consent bool, overProvisionPercent int32) ([]Step, bool, error) {
+func planPartitionSteps(o *CacheSide, label string, ours, consent bool, layout cacheLayout) ([]Step, bool, error) {
 	var steps []Step
 	if !ours && len(o.Cache.Partitions) == 0 && o.OnDiskPartName == label {
 		// Our table is on the disk but the kernel has not read it: a run killed right after
@@ -405,7 +404,7 @@ func planPartitionSteps(o *CacheSide, label string, ours, consent bool, overProv
 			}
 			steps = append(steps, Step{Kind: StepWipeCache, Device: o.Cache.DevPath})
 		}
-		start, end, err := cachePartition(o.Cache.SizeBytes, int64(overProvisionPercent))
+		start, end, err := cachePartition(o.Cache.SizeBytes, layout)
 		if err != nil {
 			return nil, false, err
 		}
@@ -471,7 +470,7 @@ func guard(v Volume, o *Observation) error {
 		}
 	}
 	if o.CachePart != nil && o.CachePartName == v.cacheLabel() {
-		_, end, err := cachePartition(o.Cache.SizeBytes, int64(v.overProvisionPercent()))
+		_, end, err := cachePartition(o.Cache.SizeBytes, v.cacheLayout())
 		if err == nil && o.CachePart.SizeBytes > (end+1)*sectorSize {
 			return &Refusal{Reason: ReasonPartitionMismatch, Field: "cacheDevice.overProvisionPercent",
 				Message: fmt.Sprintf("%s is larger than this over-provisioning allows; it was partitioned with another value", o.CachePart.DevPath)}
@@ -480,21 +479,33 @@ func guard(v Volume, o *Observation) error {
 	return nil
 }
 
+// cacheLayout is how a cache device is partitioned and formatted, from the spec of the volume
+// or pool that owns it: the share left as spare area, and bcache's bucket size.
+type cacheLayout struct {
+	overProvisionPercent int64
+	bucketBytes          int64
+}
+
+func cacheLayoutOf(c fcv1.CacheDeviceSpec) cacheLayout {
+	spec := fcv1.FlashCacheVolumeSpec{CacheDevice: &c}
+	return cacheLayout{overProvisionPercent: int64(spec.EffectiveOverProvisionPercent()), bucketBytes: spec.EffectiveBucketSizeBytes()}
+}
+
 // cachePartition returns the first and last sector of the cache partition: from 1 MiB, covering
 // (100 - overProvision)% of the disk, ending on a 1 MiB boundary, clear of the backup GPT.
-func cachePartition(diskBytes, overProvisionPercent int64) (start, end int64, err error) {
+func cachePartition(diskBytes int64, l cacheLayout) (start, end int64, err error) {
 	total := diskBytes / sectorSize
 	start = alignSectors
-	want := total * (100 - overProvisionPercent) / 100
+	want := total * (100 - l.overProvisionPercent) / 100
 	lastUsable := total - gptBackupSectors - 1
 	end = want/alignSectors*alignSectors - 1
 	if end > lastUsable {
 		end = (lastUsable+1)/alignSectors*alignSectors - 1
 	}
-	if (end-start+1)*sectorSize < minCachePartition {
+	if minBytes := minCacheBuckets * l.bucketBytes; (end-start+1)*sectorSize < minBytes {
 		return 0, 0, &Refusal{Reason: ReasonCacheTooSmall, Field: "cacheDevice.path",
-			Message: fmt.Sprintf("a %d MiB device leaves a cache partition of %d MiB at %d%% over-provisioning; bcache needs more than 512 buckets of 512 KiB, at least %.1f MiB",
-				diskBytes>>20, (end-start+1)*sectorSize>>20, overProvisionPercent, float64(minCachePartition)/(1<<20))}
+			Message: fmt.Sprintf("a %d MiB device leaves a cache partition of %d MiB at %d%% over-provisioning; bcache needs more than 512 buckets of %s (cacheDevice.bucketSize), at least %.1f MiB",
+				diskBytes>>20, (end-start+1)*sectorSize>>20, l.overProvisionPercent, humanSize(l.bucketBytes), float64(minBytes)/(1<<20))}
 	}
 	return start, end, nil
 }

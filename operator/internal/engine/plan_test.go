@@ -488,30 +488,35 @@ func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
 	}
 }
 
-// bcache 6.1 refuses to register a cache of 512 buckets or fewer; make-bcache's are 512 KiB. The
-// 160 MiB SSD is the one a benchmark made, partitioned and formatted before the kernel said no.
+// bcache 6.1 refuses to register a cache of 512 buckets or fewer; make-bcache's are 512 KiB
+// unless the spec says otherwise. The 160 MiB SSD is the one a benchmark made, partitioned and
+// formatted before the kernel said no.
 func TestCachePartitionIsRefusedWhereBcacheWouldRefuseIt(t *testing.T) {
 	for _, c := range []struct {
-		diskMiB, overProvision int64
-		fits                   bool
+		diskMiB, overProvision, bucketKiB int64
+		fits                              bool
 	}{
-		{160, 20, false}, // 127 MiB: 254 buckets
-		{320, 20, false}, // 255 MiB: 510 buckets
-		{400, 20, true},  // 319 MiB: 638 buckets
-		{1024, 20, true},
+		{160, 20, 512, false}, // 127 MiB: 254 buckets
+		{320, 20, 512, false}, // 255 MiB: 510 buckets
+		{400, 20, 512, true},  // 319 MiB: 638 buckets
+		{1024, 20, 512, true},
+		{160, 20, 64, true},             // 127 MiB: 2032 buckets of 64 KiB
+		{1024, 20, 2048, false},         // 818 MiB: 409 buckets of 2 MiB
+		{16 << 10, 50, 16 << 10, false}, // 8 GiB: 511 buckets of 16 MiB
 	} {
-		start, end, err := cachePartition(c.diskMiB<<20, c.overProvision)
+		l := cacheLayout{overProvisionPercent: c.overProvision, bucketBytes: c.bucketKiB << 10}
+		start, end, err := cachePartition(c.diskMiB<<20, l)
 		if c.fits {
 			if err != nil {
-				t.Errorf("%d MiB at %d%%: %v, want a partition", c.diskMiB, c.overProvision, err)
-			} else if buckets := (end - start + 1) * sectorSize / makeBcacheBucketBytes; buckets <= 512 {
-				t.Errorf("%d MiB at %d%%: a partition of %d buckets, which bcache refuses", c.diskMiB, c.overProvision, buckets)
+				t.Errorf("%d MiB at %d%%, %d-KiB buckets: %v, want a partition", c.diskMiB, c.overProvision, c.bucketKiB, err)
+			} else if buckets := (end - start + 1) * sectorSize / l.bucketBytes; buckets <= 512 {
+				t.Errorf("%d MiB at %d%%, %d-KiB buckets: a partition of %d buckets, which bcache refuses", c.diskMiB, c.overProvision, c.bucketKiB, buckets)
 			}
 			continue
 		}
 		var r *Refusal
-		if !errors.As(err, &r) || r.Reason != ReasonCacheTooSmall || !strings.Contains(r.Message, "512 buckets") {
-			t.Errorf("%d MiB at %d%%: %v, want a refusal that says bcache needs more than 512 buckets", c.diskMiB, c.overProvision, err)
+		if !errors.As(err, &r) || r.Reason != ReasonCacheTooSmall || !strings.Contains(r.Message, "512 buckets") || !strings.Contains(r.Message, "cacheDevice.bucketSize") {
+			t.Errorf("%d MiB at %d%%, %d-KiB buckets: %v, want a refusal that says bcache needs more than 512 buckets", c.diskMiB, c.overProvision, c.bucketKiB, err)
 		}
 	}
 }

@@ -25,7 +25,9 @@ func PoolOf(p *fcv1.FlashCachePool) Pool { return Pool{Name: p.Name, Spec: p.Spe
 // start with "fc-", and "fcp-" does not.
 func (p Pool) Label() string { return label("fcp-", p.Name) }
 
-// VolumeGroup is the name of the pool's volume group.
+func (p Pool) cacheLayout() cacheLayout { return cacheLayoutOf(p.Spec.CacheDevice) }
+
+// VolumeGroup is the name of the pool's LVM volume group.
 func (p Pool) VolumeGroup() string { return "fcp-" + p.Name }
 
 // Tag marks the volume group as the pool's: a group of the same name without it is refused.
@@ -173,7 +175,7 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 	}
 
 	// The cache device: partitioned with its spare area, as for a volume on whole devices.
-	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, p.Label(), o.cacheOurs(p), wipe.CacheDevice, p.Spec.EffectiveOverProvisionPercent(), "pool")
+	partSteps, cacheSB, cachePart, err := planCachePartition(&o.CacheSide, p.Label(), o.cacheOurs(p), wipe.CacheDevice, p.cacheLayout(), "pool")
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +283,7 @@ func guardPool(p Pool, o *PoolObservation) error {
 		}
 	}
 	if o.cacheOurs(p) {
-		_, end, err := cachePartition(o.Cache.SizeBytes, int64(p.Spec.EffectiveOverProvisionPercent()))
+		_, end, err := cachePartition(o.Cache.SizeBytes, p.cacheLayout())
 		if err == nil && o.CachePart.SizeBytes > (end+1)*sectorSize {
 			return &Refusal{Reason: ReasonPartitionMismatch, Field: "cacheDevice.overProvisionPercent",
 				Message: fmt.Sprintf("%s is larger than this over-provisioning allows; it was partitioned with another value", o.CachePart.DevPath)}
@@ -383,7 +385,8 @@ func (e *Engine) executePool(ctx context.Context, p Pool, o *PoolObservation, s 
 		if o.CachePart == nil {
 			return fmt.Errorf("no partition on %s", o.Cache.DevPath)
 		}
-		return e.Run.MakeBcache(ctx, blockdev.MakeBcache{CacheDevPath: o.CachePart.DevPath, ReplacementPolicy: makeBcachePolicy(p.Spec.EffectiveReplacementPolicy())})
+		return e.Run.MakeBcache(ctx, blockdev.MakeBcache{CacheDevPath: o.CachePart.DevPath, ReplacementPolicy: makeBcachePolicy(p.Spec.EffectiveReplacementPolicy()),
+			BucketBytes: p.cacheLayout().bucketBytes})
 	case StepWipeBacking:
 		for _, d := range o.Backing {
 			if d.Device.DevPath == s.Device {

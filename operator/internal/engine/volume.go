@@ -69,12 +69,16 @@ func (v Volume) cacheLabel() string {
 	return v.Label()
 }
 
-// overProvisionPercent is the spare area of the cache device the volume uses.
-func (v Volume) overProvisionPercent() int32 {
+// cacheLayout is how the cache device the volume uses is partitioned and formatted: by its own
+// spec, or by its pool's.
+func (v Volume) cacheLayout() cacheLayout {
 	if v.Carved() && v.Pool != nil {
-		return v.Pool.Spec.EffectiveOverProvisionPercent()
+		return v.Pool.cacheLayout()
 	}
-	return v.Spec.EffectiveOverProvisionPercent()
+	if v.Spec.CacheDevice == nil {
+		return cacheLayoutOf(fcv1.CacheDeviceSpec{})
+	}
+	return cacheLayoutOf(*v.Spec.CacheDevice)
 }
 
 // cacheField is the spec field that names the cache device the volume uses.

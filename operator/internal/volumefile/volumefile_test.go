@@ -42,7 +42,7 @@ func TestReadAppliesTheCRDDefaults(t *testing.T) {
 	a := vols[0].Spec
 	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 40 ||
 		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" ||
-		a.CacheSequentialUntilFull == nil || !*a.CacheSequentialUntilFull {
+		a.CacheSequentialUntilFull == nil || !*a.CacheSequentialUntilFull || a.CacheDevice.BucketSize.String() != "512Ki" {
 		t.Errorf("defaults not applied: %+v", a)
 	}
 	if b := vols[1].Spec; *b.CacheDevice.OverProvisionPercent != 30 || b.Mode != "writethrough" || !b.SequentialCutoff.IsZero() || *b.DirtyThresholdPercent != 25 {
@@ -56,7 +56,7 @@ kind: FlashCacheVolume
 metadata: {name: careless}
 spec:
   nodeName: db1
-  cacheDevice: {path: /dev/nvme0n1, overProvisionPercent: 70}
+  cacheDevice: {path: /dev/nvme0n1, overProvisionPercent: 70, bucketSize: 100Ki}
   backingDevice: {path: /dev/disk/by-id/ata-a, iscsi: {portal: 192.0.2.1, iqn: "iqn.2003-01.org.x:y", lun: 0}}
   flushPeriod: 5s
   mode: writeabout
@@ -69,6 +69,7 @@ spec:
 		`"careless"`,
 		"spec.cacheDevice.path", "stable device path",
 		"spec.cacheDevice.overProvisionPercent",
+		"spec.cacheDevice.bucketSize", "power of two",
 		"spec.backingDevice", "exactly one",
 		"spec.flushPeriod", "between 10s and 24h",
 		"spec.mode",

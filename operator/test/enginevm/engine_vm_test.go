@@ -472,6 +472,9 @@ func testBuild(t *testing.T, g *guest) {
 	if got := g.sh(t, "cat /sys/class/block/"+disk+"p1/bcache/cache_replacement_policy"); !strings.Contains(got, "[lru]") {
 		t.Errorf("cache_replacement_policy = %q", got)
 	}
+	if got := g.sh(t, "cat /sys/class/block/"+disk+"p1/bcache/bucket_size"); got != "512.0k" {
+		t.Errorf("bucket_size = %q, want cacheDevice.bucketSize's default, 512.0k", got)
+	}
 	if got := g.sh(t, "cat "+bc+"state"); got != "clean" {
 		t.Errorf("state = %q, want clean", got)
 	}
@@ -492,15 +495,23 @@ func testIdempotent(t *testing.T, g *guest) {
 }
 
 func testTunableChanges(t *testing.T, g *guest) {
-	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID(), hddA.ByID(),
+	// The bucket size is the cache's format: asked for another, apply warns and keeps the cache.
+	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID()+", bucketSize: 64Ki", hddA.ByID(),
 		"  safety: {trustWriteCache: true, disableBackingWriteCache: true}\n"+
 			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 1Mi\n  cacheSequentialUntilFull: false\n  replacementPolicy: fifo\n  mode: writearound\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
 	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache" {
 		t.Errorf("plan = %q", plan.stepKinds())
 	}
-	if r, code, stderr := g.node(t, "apply", "a2.yaml"); code != 0 || !r.Changed {
+	r, code, stderr := g.node(t, "apply", "a2.yaml")
+	if code != 0 || !r.Changed {
 		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+	if w := strings.Join(r.Volumes[0].Warnings, " "); !strings.Contains(w, "cacheDevice.bucketSize is 64.0k") || !strings.Contains(w, "buckets of 512.0k") {
+		t.Errorf("apply of another bucket size warned %q, want it to say the cache keeps its 512.0k", w)
+	}
+	if got := g.sh(t, "cat /sys/class/block/"+g.kernelName(t, cacheA)+"p1/bcache/bucket_size"); got != "512.0k" {
+		t.Errorf("bucket_size = %q after a spec asking for 64Ki: the cache was formatted again", got)
 	}
 	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
 	bc := "/sys/block/" + dev + "/bcache/"

@@ -50,15 +50,25 @@ type poolReport struct {
 	} `json:"error"`
 }
 
+// poolBucketSize is the bucket size of poolCache's cache set: not make-bcache's default, so the
+// pool steps show the spec's size reaching the kernel and their volumes working on it.
+const poolBucketSize = "64Ki"
+
 // poolFile writes a FlashCachePool named db on poolCache with the given backing disks into the
 // guest's /root, followed by extra documents.
 func (g *guest) poolFile(t *testing.T, name string, backing []vmharness.Disk, extra string) {
 	t.Helper()
-	g.poolFileOn(t, name, poolCache, backing, extra)
+	g.writePoolFile(t, name, "{path: "+poolCache.ByID()+", bucketSize: "+poolBucketSize+"}", backing, extra)
 }
 
-// poolFileOn is poolFile with the pool's cache device named.
+// poolFileOn is poolFile with the pool's cache device named, at the default bucket size.
 func (g *guest) poolFileOn(t *testing.T, name string, cache vmharness.Disk, backing []vmharness.Disk, extra string) {
+	t.Helper()
+	g.writePoolFile(t, name, "{path: "+cache.ByID()+"}", backing, extra)
+}
+
+// writePoolFile writes the pool with cacheDevice as given, a YAML flow mapping.
+func (g *guest) writePoolFile(t *testing.T, name, cacheDevice string, backing []vmharness.Disk, extra string) {
 	t.Helper()
 	var disks strings.Builder
 	for _, d := range backing {
@@ -69,9 +79,9 @@ kind: FlashCachePool
 metadata: {name: db}
 spec:
   nodeName: vm
-  cacheDevice: {path: %s}
+  cacheDevice: %s
   backingDevices:
-%s%s`, cache.ByID(), disks.String(), extra)
+%s%s`, cacheDevice, disks.String(), extra)
 	local := filepath.Join(g.dir, name)
 	if err := os.WriteFile(local, []byte(doc), 0o600); err != nil {
 		t.Fatal(err)
@@ -141,6 +151,8 @@ func testPoolBuild(t *testing.T, g *guest) {
 	}
 	if uuid := g.sh(t, "ls /sys/fs/bcache | grep -x "+st.CacheSetUUID+" || true"); uuid == "" {
 		t.Errorf("cache set %s is not registered", st.CacheSetUUID)
+	} else if got := g.sh(t, "cat /sys/fs/bcache/"+st.CacheSetUUID+"/bucket_size"); got != "64.0k" {
+		t.Errorf("cache set %s has buckets of %s, want the spec's %s", st.CacheSetUUID, got, poolBucketSize)
 	}
 	if name := g.sh(t, "sfdisk --part-label /dev/"+ssd+" 1"); name != "fcp-db" {
 		t.Errorf("cache partition named %q, want fcp-db", name)
@@ -167,6 +179,9 @@ func testPoolBuild(t *testing.T, g *guest) {
 		v := r.Volumes[i]
 		if v.Error != nil || v.Status == nil || v.Status.CacheSetUUID != st.CacheSetUUID || v.Status.CacheMode != "writeback" {
 			t.Fatalf("%s: %s", want.name, r)
+		}
+		if w := strings.Join(v.Warnings, " "); strings.Contains(w, "bucketSize") {
+			t.Errorf("%s: the pool's cache, formatted as its spec asks, read as another bucket size: %s", want.name, w)
 		}
 		lv := g.sh(t, "lvs --noheadings --units b --nosuffix -o lv_size,lv_tags fcp-db/fc-"+want.name)
 		if lf := strings.Fields(lv); len(lf) != 2 || lf[0] != strconv.FormatInt(engine.CarvedBackingBytes(want.size), 10) || lf[1] != "flashcache.io/volume="+want.name {

@@ -35,6 +35,10 @@ var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec
   map:
     fields:
+    - name: bucketSize
+      type:
+        namedType: io.k8s.apimachinery.pkg.api.resource.Quantity
+      default: 512Ki
     - name: overProvisionPercent
       type:
         scalar: numeric

@@ -2,6 +2,10 @@
 
 package v1alpha1
 
+import (
+	resource "k8s.io/apimachinery/pkg/api/resource"
+)
+
 // CacheDeviceSpecApplyConfiguration represents a declarative configuration of the CacheDeviceSpec type for use
 // with apply.
 //
@@ -16,6 +20,15 @@ type CacheDeviceSpecApplyConfiguration struct {
 	// overProvisionPercent is the share of the device left unpartitioned, after a full discard,
 	// as spare area for the SSD's wear levelling.
 	OverProvisionPercent *int32 `json:"overProvisionPercent,omitempty"`
+	// bucketSize is bcache's unit of allocation and eviction on the cache device, a power of two
+	// from 4Ki to 16Mi. Smaller buckets let clean data be evicted without the dirty data beside
+	// it, and writeback paces itself by how many buckets hold dirty data; they cost the node's
+	// memory (bcache keeps a few bytes for each bucket) and, in a pool, attachments: the cache
+	// set's table of volumes is one bucket, bucketSize/128 volumes in the pool's life (4096 at
+	// 512Ki, 512 at 64Ki). See docs/design.md. It is written when the cache device is formatted
+	// and kept for the device's life: a cache already formatted with another size keeps it, and
+	// apply says so in a warning.
+	BucketSize *resource.Quantity `json:"bucketSize,omitempty"`
 }
 
 // CacheDeviceSpecApplyConfiguration constructs a declarative configuration of the CacheDeviceSpec type for use with
@@ -37,5 +50,13 @@ func (b *CacheDeviceSpecApplyConfiguration) WithPath(value string) *CacheDeviceS
 // If called multiple times, the OverProvisionPercent field is set to the value of the last call.
 func (b *CacheDeviceSpecApplyConfiguration) WithOverProvisionPercent(value int32) *CacheDeviceSpecApplyConfiguration {
 	b.OverProvisionPercent = &value
+	return b
+}
+
+// WithBucketSize sets the BucketSize field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BucketSize field is set to the value of the last call.
+func (b *CacheDeviceSpecApplyConfiguration) WithBucketSize(value resource.Quantity) *CacheDeviceSpecApplyConfiguration {
+	b.BucketSize = &value
 	return b
 }
