@@ -34,20 +34,18 @@ func (s SuperBlock) Label() string {
 // DataOffsetBytes is where a backing device's data starts (the filesystem on the bcache device
 // is this far into the backing device).
 func (s SuperBlock) DataOffsetBytes() (int64, error) {
-	v := s.Fields["dev.data.first_sector"]
-	sectors, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("dev.data.first_sector %q: %w", v, err)
-	}
-	return sectors * 512, nil
+	return s.sectorsAsBytes("dev.data.first_sector")
 }
 
 // BucketBytes is a cache device's bucket size, which make-bcache wrote and the kernel keeps.
-func (s SuperBlock) BucketBytes() (int64, error) {
-	v := s.Fields["dev.sectors_per_bucket"]
+func (s SuperBlock) BucketBytes() (int64, error) { return s.sectorsAsBytes("dev.sectors_per_bucket") }
+
+// sectorsAsBytes reads a field that counts 512-byte sectors.
+func (s SuperBlock) sectorsAsBytes(key string) (int64, error) {
+	v := s.Fields[key]
 	sectors, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("dev.sectors_per_bucket %q: %w", v, err)
+		return 0, fmt.Errorf("%s %q: %w", key, v, err)
 	}
 	return sectors * 512, nil
 }
