@@ -486,11 +486,6 @@ type cacheLayout struct {
 	bucketBytes          int64
 }
 
-func cacheLayoutOf(c fcv1.CacheDeviceSpec) cacheLayout {
-	spec := fcv1.FlashCacheVolumeSpec{CacheDevice: &c}
-	return cacheLayout{overProvisionPercent: int64(spec.EffectiveOverProvisionPercent()), bucketBytes: spec.EffectiveBucketSizeBytes()}
-}
-
 // cachePartition returns the first and last sector of the cache partition: from 1 MiB, covering
 // (100 - overProvision)% of the disk, ending on a 1 MiB boundary, clear of the backup GPT.
 func cachePartition(diskBytes int64, l cacheLayout) (start, end int64, err error) {

@@ -25,7 +25,9 @@ func PoolOf(p *fcv1.FlashCachePool) Pool { return Pool{Name: p.Name, Spec: p.Spe
 // start with "fc-", and "fcp-" does not.
 func (p Pool) Label() string { return label("fcp-", p.Name) }
 
-func (p Pool) cacheLayout() cacheLayout { return cacheLayoutOf(p.Spec.CacheDevice) }
+func (p Pool) cacheLayout() cacheLayout {
+	return cacheLayout{overProvisionPercent: int64(p.Spec.EffectiveOverProvisionPercent()), bucketBytes: p.Spec.EffectiveBucketSizeBytes()}
+}
 
 // VolumeGroup is the name of the pool's LVM volume group.
 func (p Pool) VolumeGroup() string { return "fcp-" + p.Name }

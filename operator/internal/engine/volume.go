@@ -75,10 +75,7 @@ func (v Volume) cacheLayout() cacheLayout {
 	if v.Carved() && v.Pool != nil {
 		return v.Pool.cacheLayout()
 	}
-	if v.Spec.CacheDevice == nil {
-		return cacheLayoutOf(fcv1.CacheDeviceSpec{})
-	}
-	return cacheLayoutOf(*v.Spec.CacheDevice)
+	return cacheLayout{overProvisionPercent: int64(v.Spec.EffectiveOverProvisionPercent()), bucketBytes: v.Spec.EffectiveBucketSizeBytes()}
 }
 
 // cacheField is the spec field that names the cache device the volume uses.
