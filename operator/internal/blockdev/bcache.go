@@ -66,6 +66,16 @@ func RegisteredCache(name string) (*CacheRegistration, error) {
 	return &CacheRegistration{SetUUID: filepath.Base(set)}, nil
 }
 
+// CachesBackingDevices says whether a registered cache set has backing devices attached (the
+// set's folder holds a bdevN link for each).
+func CachesBackingDevices(setUUID string) (bool, error) {
+	links, err := filepath.Glob(filepath.Join(SysFsBcache, setUUID, "bdev*"))
+	if err != nil {
+		return false, fmt.Errorf("listing the backing devices of cache set %s: %w", setUUID, err)
+	}
+	return len(links) > 0, nil
+}
+
 // BackingRegistration is a registered bcache backing device and the bcacheN device on top of it.
 type BackingRegistration struct {
 	// Sysfs is the backing device's bcache folder, where its knobs are.

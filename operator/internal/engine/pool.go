@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -435,7 +437,9 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 		res.Steps = append(res.Steps, "unregistered cache set "+o.CacheReg.SetUUID)
 	}
 	if cacheOurs {
-		if err := e.eraseCachePartition(ctx, &o.CacheSide); err != nil {
+		steps, err := e.eraseCachePartition(ctx, &o.CacheSide)
+		res.Steps = append(res.Steps, steps...)
+		if err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
@@ -459,14 +463,39 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 // eraseCachePartition erases the bcache superblock on a cache partition and the partition table
 // around it, and waits until the kernel has dropped the partition: a build that follows at once
 // must not find it and refuse the disk as one that carries partitions.
-func (e *Engine) eraseCachePartition(ctx context.Context, o *CacheSide) error {
-	if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeSignatures(ctx, o.CachePart.DevPath, false) }); err != nil {
-		return err
+// It returns the steps it took besides (a cache set registered again meanwhile and stopped).
+func (e *Engine) eraseCachePartition(ctx context.Context, o *CacheSide) ([]string, error) {
+	var steps []string
+	err := e.whenReleased(ctx, "wipefs", func() error {
+		// udev's rules register a cache device again when it changes, which brings its cache set
+		// back after the unregister above. One that caches no backing device is unregistered
+		// again; one that does is left alone, and wipefs fails on it.
+		reg, err := blockdev.RegisteredCache(o.CachePart.Name)
+		if err != nil {
+			return err
+		}
+		if reg != nil {
+			caching, err := blockdev.CachesBackingDevices(reg.SetUUID)
+			if err != nil {
+				return err
+			}
+			if !caching {
+				err := blockdev.SetKnob(filepath.Join(blockdev.SysFsBcache, reg.SetUUID), "unregister", "1")
+				if err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+				steps = append(steps, "unregistered cache set "+reg.SetUUID+" again, registered during teardown (by udev's rules)")
+			}
+		}
+		return e.Run.WipeSignatures(ctx, o.CachePart.DevPath, false)
+	})
+	if err != nil {
+		return steps, err
 	}
 	if err := e.whenReleased(ctx, "sgdisk", func() error { return e.Run.ZapPartitionTable(ctx, o.Cache.DevPath) }); err != nil {
-		return err
+		return steps, err
 	}
-	return e.waitUntil(ctx, "the kernel to drop the partitions of "+o.Cache.DevPath, func() (bool, error) {
+	return steps, e.waitUntil(ctx, "the kernel to drop the partitions of "+o.Cache.DevPath, func() (bool, error) {
 		d, err := blockdev.InspectName(o.Cache.Name)
 		if err != nil || len(d.Partitions) == 0 {
 			return err == nil, err

@@ -110,8 +110,10 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 		res.Steps = append(res.Steps, "stopped "+stopped)
 		if err := e.waitUntil(ctx, stopped+" to stop", func() (bool, error) {
+			// Its bcache device gone is what counts: a registration left waiting for its cache set
+			// (this one, or udev's again) is stopped again before the superblock is erased.
 			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
-			return reg == nil, err
+			return reg == nil || reg.Device == "", err
 		}); err != nil {
 			return res, err
 		}
@@ -123,8 +125,30 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		res.Steps = append(res.Steps, "unregistered cache set "+o.CacheReg.SetUUID)
 	}
 	if backingOurs {
-		if err := e.whenReleased(ctx, "wipefs", func() error { return e.Run.WipeBcacheSignature(ctx, o.Backing.DevPath) }); err != nil {
+		restopped := false
+		err := e.whenReleased(ctx, "wipefs", func() error {
+			// udev's rules register a device carrying a bcache superblock whenever it appears (a LUN
+			// just logged in to) or changes, so bcache can take it again after the look above or the
+			// stop: a CI run found it busy for 30 s. A registration still waiting for its cache set
+			// has no bcache device yet that anyone could hold open; it is stopped again. One that
+			// runs is left alone, and wipefs fails on it.
+			reg, err := blockdev.RegisteredBacking(o.Backing.Name)
+			if err != nil {
+				return err
+			}
+			if reg != nil && reg.Device == "" {
+				if err := blockdev.SetKnob(reg.Sysfs, "stop", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
+					return err
+				}
+				restopped = true
+			}
+			return e.Run.WipeBcacheSignature(ctx, o.Backing.DevPath)
+		})
+		if err != nil {
 			return res, err
+		}
+		if restopped {
+			res.Steps = append(res.Steps, "stopped a registration of "+o.Backing.DevPath+" made during teardown (by udev's rules)")
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
 	}
@@ -140,7 +164,9 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		res.Steps = append(res.Steps, "removed logical volume "+v.BackingPath()+", its space back in pool "+v.Pool.Name)
 	}
 	if cacheOurs {
-		if err := e.eraseCachePartition(ctx, &o.CacheSide); err != nil {
+		steps, err := e.eraseCachePartition(ctx, &o.CacheSide)
+		res.Steps = append(res.Steps, steps...)
+		if err != nil {
 			return res, err
 		}
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)

@@ -187,6 +187,66 @@ stringData:
 				t.Fatalf("apply after teardown: exit %d\n%s", code, r)
 			}
 		}},
+		{"TeardownStopsARegistrationMadeDuringIt", func(t *testing.T) {
+			// udev's rules register a device carrying a bcache superblock when it appears or
+			// changes, at a moment of their choosing: a CI run's teardown, just logged in, found
+			// the LUN held by such a registration for 30 s. Here, with the session up, the bcache
+			// device stopped and its cache set unregistered, a stand-in holds the LUN for 2 s and
+			// the cache partition for 4 s (so teardown's look finds neither registered and each
+			// wipefs finds its device busy), then lets each go and registers it, which brings the
+			// cache set back. udev's own rules are set aside meanwhile: they register a device
+			// again as soon as bcache closes it.
+			g.sh(t, "ln -sf /dev/null /etc/udev/rules.d/69-bcache.rules && udevadm control --reload")
+			defer g.sh(t, "rm -f /etc/udev/rules.d/69-bcache.rules && udevadm control --reload")
+			cachePart := g.sh(t, "dev=$(basename $(readlink -f /dev/flashcache/san)) && set=$(basename $(readlink -f /sys/block/$dev/bcache/cache)) && "+
+				"lun=$(basename $(readlink -f "+san.LUNPath(0)+")) && cache=$(basename $(dirname $(readlink -f /sys/fs/bcache/$set/cache0))) && "+
+				"echo 1 > /sys/block/$dev/bcache/stop && echo 1 > /sys/fs/bcache/$set/unregister && "+
+				"for i in $(seq 600); do ls /sys/fs/bcache/ | grep -q -- - || [ -e /sys/block/$lun/bcache ] || break; "+
+				"[ -e /sys/block/$lun/bcache/dev ] || echo 1 > /sys/block/$lun/bcache/stop 2>/dev/null; sleep 0.1; done && "+
+				"! ls /sys/fs/bcache/ | grep -q -- - && [ ! -e /sys/block/$lun/bcache ] && echo /dev/$cache")
+			lateRegistrar := `import os, sys, time
+held = []
+for device, seconds in (arg.split("=") for arg in sys.argv[1:]):
+    for attempt in range(100):
+        try:
+            held.append((os.open(device, os.O_RDONLY | os.O_EXCL), device, float(seconds)))
+            break
+        except OSError:  # bcache lets a device go a moment after its registration is gone
+            time.sleep(0.1)
+    else:
+        sys.exit(device + " stayed busy")
+print("held", flush=True)
+start = time.time()
+for fd, device, seconds in held:
+    time.sleep(max(0, start + seconds - time.time()))
+    os.close(fd)
+    with open("/sys/fs/bcache/register_quiet", "w") as f:
+        f.write(device)
+`
+			g.sh(t, "cat > /root/late-registrar.py <<'EOF'\n"+lateRegistrar+"EOF\n"+
+				"setsid python3 /root/late-registrar.py "+san.LUNPath(0)+"=2 "+cachePart+"=4 >/root/late-registrar.log 2>&1 </dev/null & "+
+				"for i in $(seq 100); do grep -q held /root/late-registrar.log && break; sleep 0.1; done; grep held /root/late-registrar.log")
+			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
+			if log := g.sh(t, "cat /root/late-registrar.log"); log != "held" {
+				t.Errorf("the stand-in for udev: %s", log)
+			}
+			if code != 0 || r.Volumes[0].Teardown == nil {
+				t.Fatalf("teardown: exit %d\n%s", code, r)
+			}
+			if steps := strings.Join(r.Volumes[0].Teardown.Steps, "\n"); !strings.Contains(steps, "made during teardown") ||
+				!strings.Contains(steps, "again, registered during teardown") {
+				t.Errorf("teardown should report the registrations it stopped; steps:\n%s", steps)
+			}
+			if sets := g.sh(t, "ls /sys/fs/bcache/ | grep -- - || true"); sets != "" {
+				t.Errorf("cache sets left registered: %s", sets)
+			}
+			if sigs := g.sh(t, "blockdev --flushbufs "+sanLUN0.ByID()+" && wipefs --noheadings "+sanLUN0.ByID()); sigs != "" {
+				t.Errorf("the LUN still carries %s", sigs)
+			}
+			if r, code, _ := g.node(t, "apply", "san.yaml"); code != 0 {
+				t.Fatalf("apply after teardown: exit %d\n%s", code, r)
+			}
+		}},
 		{"TeardownLogsOutOnlyWhenNoOtherLUNIsInUse", func(t *testing.T) {
 			// Another LUN of the same session, in use: the session must stay.
 			lun1 := g.sh(t, "basename $(readlink -f "+san.LUNPath(1)+")")
