@@ -140,7 +140,11 @@ func (r report) String() string {
 	var b strings.Builder
 	for i, v := range r.Volumes {
 		fmt.Fprintf(&b, "%s: changed=%v steps=[%s]", v.Name, v.Changed, r.steps(i))
-		if v.Error != nil {
+		switch {
+		case v.Error != nil && v.Error.Reason == "":
+			// An error that is no refusal names neither a reason nor a field.
+			fmt.Fprintf(&b, " error: %s", v.Error.Message)
+		case v.Error != nil:
 			fmt.Fprintf(&b, " error %s on %s: %s", v.Error.Reason, v.Error.Field, v.Error.Message)
 		}
 		b.WriteString("\n")
