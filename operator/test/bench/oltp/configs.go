@@ -170,6 +170,12 @@ func allStorages() []storage {
 		withSetup(fc("flashcache-bucket-64k-flush-off", "flashcache-bucket-64k with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
 			flashcacheSetupWithCache(", bucketSize: 64Ki", "  flushPeriod: 0s\n")),
 		fc("flashcache-flush-off", "defaults with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
+		// bcache caches a write only while at most 70% of its buckets are in use (40% for writes
+		// not marked sync); without the passes the larger set's dirty data held the cache at that
+		// cutoff (results/README.md). The module's own parameters raise it to its maximum, 90
+		// (70): whether bcache then holds dirty data as lvm's caches do, and writes the HDD less.
+		withSetup(fc("flashcache-flush-off-cutoff-90", "flashcache-flush-off with bcache loaded with bch_cutoff_writeback_sync=90 bch_cutoff_writeback=70 (70 and 40 by default)", "  flushPeriod: 0s\n"),
+			"modprobe -r bcache 2>/dev/null; modprobe bcache bch_cutoff_writeback_sync=90 bch_cutoff_writeback=70\n"+flashcacheSetup("  flushPeriod: 0s\n")),
 		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
 		fc("flashcache-dirty-1", "defaults with dirtyThresholdPercent 1 (writeback starts early)", "  dirtyThresholdPercent: 1\n"),
 		fc("flashcache-dirty-10", "defaults with dirtyThresholdPercent 10 (bcache's default, and the old one)", "  dirtyThresholdPercent: 10\n"),
