@@ -484,7 +484,9 @@ func (e *Engine) eraseCachePartition(ctx context.Context, o *CacheSide) ([]strin
 				if err != nil && !errors.Is(err, os.ErrNotExist) {
 					return err
 				}
-				steps = append(steps, "unregistered cache set "+reg.SetUUID+" again, registered during teardown (by udev's rules)")
+				if step := "unregistered cache set " + reg.SetUUID + " again, registered during teardown (by udev's rules)"; !slices.Contains(steps, step) {
+					steps = append(steps, step)
+				}
 			}
 		}
 		return e.Run.WipeSignatures(ctx, o.CachePart.DevPath, false)
