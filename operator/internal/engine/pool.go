@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 
@@ -480,8 +478,7 @@ func (e *Engine) eraseCachePartition(ctx context.Context, o *CacheSide) ([]strin
 				return err
 			}
 			if !caching {
-				err := blockdev.SetKnob(filepath.Join(blockdev.SysFsBcache, reg.SetUUID), "unregister", "1")
-				if err != nil && !errors.Is(err, os.ErrNotExist) {
+				if err := e.unregisterCacheSet(ctx, reg.SetUUID); err != nil {
 					return err
 				}
 				if step := "unregistered cache set " + reg.SetUUID + " again, registered during teardown (by udev's rules)"; !slices.Contains(steps, step) {

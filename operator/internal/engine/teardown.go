@@ -196,10 +196,11 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	return res, nil
 }
 
-// unregisterCacheSet stops a cache set and waits until the kernel has let it go.
+// unregisterCacheSet stops a cache set and waits until the kernel has let it go. A set already
+// gone when the knob is written is what it waits for.
 func (e *Engine) unregisterCacheSet(ctx context.Context, uuid string) error {
 	setDir := filepath.Join(blockdev.SysFsBcache, uuid)
-	if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil {
+	if err := blockdev.SetKnob(setDir, "unregister", "1"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	return e.waitUntil(ctx, "cache set "+uuid+" to go", func() (bool, error) {
