@@ -191,11 +191,13 @@ stringData:
 			// udev's rules register a device carrying a bcache superblock when it appears or
 			// changes, at a moment of their choosing: a CI run's teardown, just logged in, found
 			// the LUN held by such a registration for 30 s. Here, with the session up, the bcache
-			// device stopped and its cache set unregistered, a stand-in holds the LUN for 2 s and
-			// the cache partition for 4 s (so teardown's look finds neither registered and each
-			// wipefs finds its device busy), then lets each go and registers it, which brings the
-			// cache set back. udev's own rules are set aside meanwhile: they register a device
-			// again as soon as bcache closes it.
+			// device stopped and its cache set unregistered, a stand-in holds the LUN and the cache
+			// partition (so teardown's look finds neither registered), and lets each go and
+			// registers it once teardown's first wipefs erasing it has failed on it: that brings
+			// the cache set back too. It waits for teardown's own attempt, not for a time: a fixed
+			// 2 s was shorter than teardown's look in a loaded CI run, which then found the LUN
+			// registered already. udev's own rules are set aside meanwhile: they register a
+			// device again as soon as bcache closes it.
 			g.sh(t, "ln -sf /dev/null /etc/udev/rules.d/69-bcache.rules && udevadm control --reload")
 			defer g.sh(t, "rm -f /etc/udev/rules.d/69-bcache.rules && udevadm control --reload")
 			cachePart := g.sh(t, "dev=$(basename $(readlink -f /dev/flashcache/san)) && set=$(basename $(readlink -f /sys/block/$dev/bcache/cache)) && "+
@@ -203,28 +205,46 @@ stringData:
 				"echo 1 > /sys/block/$dev/bcache/stop && echo 1 > /sys/fs/bcache/$set/unregister && "+
 				"for i in $(seq 600); do ls /sys/fs/bcache/ | grep -q -- - || [ -e /sys/block/$lun/bcache ] || break; "+
 				"[ -e /sys/block/$lun/bcache/dev ] || echo 1 > /sys/block/$lun/bcache/stop 2>/dev/null; sleep 0.1; done && "+
-				"! ls /sys/fs/bcache/ | grep -q -- - && [ ! -e /sys/block/$lun/bcache ] && echo /dev/$cache")
+				"! ls /sys/fs/bcache/ | grep -q -- - && [ ! -e /sys/block/$lun/bcache ] && udevadm settle && echo /dev/$cache")
 			lateRegistrar := `import os, sys, time
+def eraser(device):
+    # A wipefs erasing the device (not the --no-act look) comes after teardown's look.
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                argv = [a.decode() for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == "wipefs" and "--all" in argv and os.path.realpath(argv[-1]) == device:
+            return pid
+def wait(what, done):
+    deadline = time.time() + 120
+    while not done():
+        if time.time() > deadline:
+            sys.exit("no " + what + " in 120 s")
+        time.sleep(0.005)
 held = []
-for device, seconds in (arg.split("=") for arg in sys.argv[1:]):
+for device in map(os.path.realpath, sys.argv[1:]):
     for attempt in range(100):
         try:
-            held.append((os.open(device, os.O_RDONLY | os.O_EXCL), device, float(seconds)))
+            held.append((os.open(device, os.O_RDONLY | os.O_EXCL), device))
             break
         except OSError:  # bcache lets a device go a moment after its registration is gone
             time.sleep(0.1)
     else:
         sys.exit(device + " stayed busy")
 print("held", flush=True)
-start = time.time()
-for fd, device, seconds in held:
-    time.sleep(max(0, start + seconds - time.time()))
+for fd, device in held:
+    pid = []
+    wait("wipefs erasing " + device, lambda: pid.append(eraser(device)) or pid[-1])
+    # Let that attempt fail on the held device: released while it runs, it could open it.
+    wait("end of wipefs " + pid[-1], lambda: not os.path.exists("/proc/" + pid[-1]))
     os.close(fd)
     with open("/sys/fs/bcache/register_quiet", "w") as f:
         f.write(device)
 `
 			g.sh(t, "cat > /root/late-registrar.py <<'EOF'\n"+lateRegistrar+"EOF\n"+
-				"setsid python3 /root/late-registrar.py "+san.LUNPath(0)+"=2 "+cachePart+"=4 >/root/late-registrar.log 2>&1 </dev/null & "+
+				"setsid python3 /root/late-registrar.py "+san.LUNPath(0)+" "+cachePart+" >/root/late-registrar.log 2>&1 </dev/null & "+
 				"for i in $(seq 100); do grep -q held /root/late-registrar.log && break; sleep 0.1; done; grep held /root/late-registrar.log")
 			r, code, _ := g.node(t, "teardown", "san.yaml", "--confirm")
 			if log := g.sh(t, "cat /root/late-registrar.log"); log != "held" {
