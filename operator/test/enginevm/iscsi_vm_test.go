@@ -222,7 +222,7 @@ def wait(what, done):
     while not done():
         if time.time() > deadline:
             sys.exit("no " + what + " in 120 s")
-        time.sleep(0.005)
+        time.sleep(0.02)
 held = []
 for device in map(os.path.realpath, sys.argv[1:]):
     for attempt in range(100):
