@@ -217,12 +217,13 @@ def eraser(device):
             continue
         if argv and os.path.basename(argv[0]) == "wipefs" and "--all" in argv and os.path.realpath(argv[-1]) == device:
             return pid
-def wait(what, done):
+def wait(what, found):
     deadline = time.time() + 120
-    while not done():
+    while not (value := found()):
         if time.time() > deadline:
             sys.exit("no " + what + " in 120 s")
         time.sleep(0.02)
+    return value
 held = []
 for device in map(os.path.realpath, sys.argv[1:]):
     for attempt in range(100):
@@ -235,10 +236,9 @@ for device in map(os.path.realpath, sys.argv[1:]):
         sys.exit(device + " stayed busy")
 print("held", flush=True)
 for fd, device in held:
-    pid = []
-    wait("wipefs erasing " + device, lambda: pid.append(eraser(device)) or pid[-1])
+    pid = wait("wipefs erasing " + device, lambda: eraser(device))
     # Let that attempt fail on the held device: released while it runs, it could open it.
-    wait("end of wipefs " + pid[-1], lambda: not os.path.exists("/proc/" + pid[-1]))
+    wait("end of wipefs " + pid, lambda: not os.path.exists("/proc/" + pid))
     os.close(fd)
     with open("/sys/fs/bcache/register_quiet", "w") as f:
         f.write(device)
