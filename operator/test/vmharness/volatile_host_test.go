@@ -5,6 +5,7 @@ package vmharness
 import (
 	"bytes"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -94,11 +95,18 @@ func TestVolatileCachesOnTheHost(t *testing.T) {
 	}
 
 	h, l := dial(honest), dial(liar)
-	write(h, 4<<20, block(0xb1))
-	honestFlush := flush(h)
+	// Each disk's flush is timed a few times after one 4 KiB write: the honest one must never be
+	// faster than the delay it models, and the liar is judged by its fastest, because a host busy
+	// with three guests can stall any single round trip past the delay (CI at bc4269a: 9.3 ms).
+	const flushSamples = 5
+	honestFlush, liarFlush := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
+	for range flushSamples {
+		write(h, 4<<20, block(0xb1))
+		honestFlush = min(honestFlush, flush(h))
+		write(l, 0, block(0xc1))
+		liarFlush = min(liarFlush, flush(l))
+	}
 	write(h, 0, block(0xa1))
-	write(l, 0, block(0xc1))
-	liarFlush := flush(l)
 	// FUA on the honest disk writes through; on the liar it is dropped like a flush.
 	if err := h.write(ctx, 8<<20, block(0xd1), true); err != nil {
 		t.Fatal(err)
@@ -106,7 +114,7 @@ func TestVolatileCachesOnTheHost(t *testing.T) {
 	if err := l.write(ctx, 8<<20, block(0xd2), true); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("flush after one 4 KiB write: honest %s, lying %s", honestFlush.Round(10*time.Microsecond), liarFlush.Round(time.Microsecond))
+	t.Logf("fastest of %d flushes after one 4 KiB write: honest %s, lying %s", flushSamples, honestFlush.Round(10*time.Microsecond), liarFlush.Round(time.Microsecond))
 	if honestFlush < VolatileFlushDelay {
 		t.Errorf("honest flush took %s, less than the %s it models", honestFlush, VolatileFlushDelay)
 	}
