@@ -182,6 +182,12 @@ func allStorages() []storage {
 		// that flush, and each writeback write is durable when it completes.
 		withSetup(fc("flashcache-backing-wc-off", "defaults with safety.disableBackingWriteCache: the HDD's volatile write cache off, so the flush bcache forwards with each commit is dropped", ""),
 			strings.Replace(flashcacheSetup(""), "safety: {trustWriteCache: true}", "safety: {trustWriteCache: true, disableBackingWriteCache: true}", 1)),
+		// On the fitting set stock bcache made 1.7x the defaults, writing the HDD 2.85 times a
+		// transaction against 5.1 with its dirty data unbounded in age; flashcache-flush-off could
+		// not tell the bound's share, as its copy, cached dirty, met bcache's write cutoff. This one
+		// is flashcache without the bound and with the copy around the cache, as stock bcache's.
+		fc("flashcache-unbounded", "flushPeriod 0s and cacheSequentialUntilFull false: no age bound, and the initial copy around the cache, as stock bcache",
+			"  flushPeriod: 0s\n  cacheSequentialUntilFull: false\n"),
 		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
 		fc("flashcache-dirty-1", "defaults with dirtyThresholdPercent 1 (writeback starts early)", "  dirtyThresholdPercent: 1\n"),
 		fc("flashcache-dirty-10", "defaults with dirtyThresholdPercent 10 (bcache's default, and the old one)", "  dirtyThresholdPercent: 10\n"),
@@ -241,7 +247,7 @@ func withAfterApply(s storage, script string) storage {
 // off (5.1: not it) and bcache's fragmentation boost off. On the fitting set also the HDD's
 // volatile cache off, which let commits go on through a pass there.
 var defaultConfigs = map[string][]string{
-	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-flush-off", "flashcache-backing-wc-off", "flashcache-flush-30s",
+	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-flush-off", "flashcache-unbounded", "flashcache-backing-wc-off", "flashcache-flush-30s",
 		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
 	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "bcache-stock-bucket-64k", "flashcache", "flashcache-bucket-64k", "flashcache-spare-0", "flashcache-flush-off", "flashcache-fragment-off",
 		"flashcache-cutoff-4m", "flashcache-fifo", "flashcache-congestion-off", "lvmcache", "dm-writecache"},
