@@ -49,10 +49,11 @@ const volumeFile = "/root/bench-volume.yaml"
 
 // flashcacheSetup writes the volume file and applies it with the binary under test; the same
 // engine the agent and the Ansible role run.
-func flashcacheSetup(extra string) string { return flashcacheSetupWithCache("", extra) }
+func flashcacheSetup(extra string) string { return flashcacheSetupWith("", "", extra) }
 
-// flashcacheSetupWithCache is flashcacheSetup with more of cacheDevice's fields (", name: value").
-func flashcacheSetupWithCache(cacheFields, extra string) string {
+// flashcacheSetupWith is flashcacheSetup with more of cacheDevice's and safety's fields
+// (", name: value").
+func flashcacheSetupWith(cacheFields, safetyFields, extra string) string {
 	return fmt.Sprintf(`cat >%[1]s <<'EOF'
 apiVersion: flashcache.io/v1alpha1
 kind: FlashCacheVolume
@@ -61,13 +62,13 @@ spec:
   nodeName: bench
   cacheDevice: {path: $NVME%[3]s}
   backingDevice: {path: $HDD}
-  safety: {trustWriteCache: true}
+  safety: {trustWriteCache: true%[4]s}
 %[2]sEOF
 sed -i "s|\$NVME|$NVME|; s|\$HDD|$HDD|" %[1]s
 flashcache node apply --config %[1]s -o json >/root/apply.json
 dev=$(python3 -c 'import json;print(json.load(open("/root/apply.json"))["volumes"][0]["status"]["device"])')
 echo /dev/${dev#/dev/}
-`, volumeFile, extra, cacheFields)
+`, volumeFile, extra, cacheFields, safetyFields)
 }
 
 // carvedSetup builds a pool of the SSD and the two HDDs with a volume bench carved from it,
@@ -160,15 +161,15 @@ func allStorages() []storage {
 		// unpartitioned for wear levelling, so on a data set larger than the cache this one
 		// tells the cache's size from flashcache's knobs.
 		withSetup(fc("flashcache-spare-0", "defaults with cacheDevice.overProvisionPercent 0: the whole SSD a cache, as large as stock bcache's", ""),
-			flashcacheSetupWithCache(", overProvisionPercent: 0", "")),
+			flashcacheSetupWith(", overProvisionPercent: 0", "", "")),
 		// 64-KiB buckets on stock bcache held more hits and steadier TPS on the larger set
 		// (results/README.md): the same with flashcache's threshold and passes.
 		withSetup(fc("flashcache-bucket-64k", "defaults with cacheDevice.bucketSize 64Ki (512Ki by default)", ""),
-			flashcacheSetupWithCache(", bucketSize: 64Ki", "")),
+			flashcacheSetupWith(", bucketSize: 64Ki", "", "")),
 		// With 64-KiB buckets the cache can hold its 40% of dirty data, where the passes let it
 		// hold what two and a half minutes bring: how much the age bound costs in HDD writes.
 		withSetup(fc("flashcache-bucket-64k-flush-off", "flashcache-bucket-64k with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
-			flashcacheSetupWithCache(", bucketSize: 64Ki", "  flushPeriod: 0s\n")),
+			flashcacheSetupWith(", bucketSize: 64Ki", "", "  flushPeriod: 0s\n")),
 		fc("flashcache-flush-off", "defaults with time-based flushing off (flushPeriod 0s)", "  flushPeriod: 0s\n"),
 		// bcache caches a write only while at most 70% of its buckets are in use (40% for writes
 		// not marked sync); without the passes the larger set's dirty data held the cache at that
@@ -181,7 +182,7 @@ func allStorages() []storage {
 		// writes (stacks in results/README.md). With the HDD's volatile cache off the kernel drops
 		// that flush, and each writeback write is durable when it completes.
 		withSetup(fc("flashcache-backing-wc-off", "defaults with safety.disableBackingWriteCache: the HDD's volatile write cache off, so the flush bcache forwards with each commit is dropped", ""),
-			strings.Replace(flashcacheSetup(""), "safety: {trustWriteCache: true}", "safety: {trustWriteCache: true, disableBackingWriteCache: true}", 1)),
+			flashcacheSetupWith("", ", disableBackingWriteCache: true", "")),
 		// On the fitting set stock bcache made 1.7x the defaults, writing the HDD 2.85 times a
 		// transaction against 5.1 with its dirty data unbounded in age; flashcache-flush-off could
 		// not tell the bound's share, as its copy, cached dirty, met bcache's write cutoff. This one
