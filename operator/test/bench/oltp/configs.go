@@ -183,6 +183,10 @@ func allStorages() []storage {
 		// that flush, and each writeback write is durable when it completes.
 		withSetup(fc("flashcache-backing-wc-off", "defaults with safety.disableBackingWriteCache: the HDD's volatile write cache off, so the flush bcache forwards with each commit is dropped", ""),
 			flashcacheSetupWith("", ", disableBackingWriteCache: true", "")),
+		// The same stall's other remedy, without touching the disk: wbt off on the HDD's queue
+		// (a sysfs knob, gone at reboot), so the forwarded flush is not queued behind the pass.
+		withAfterApply(fc("flashcache-backing-wbt-off", "defaults with the HDD's writeback throttling off (queue/wbt_lat_usec 0), so the flush bcache forwards with each commit does not queue behind a pass's writes", ""),
+			"echo 0 >/sys/block/$(basename $(readlink -f $HDD))/queue/wbt_lat_usec"),
 		// On the fitting set stock bcache made 1.7x the defaults, writing the HDD 2.85 times a
 		// transaction against 5.1 with its dirty data unbounded in age; flashcache-flush-off could
 		// not tell the bound's share, as its copy, cached dirty, met bcache's write cutoff. This one
