@@ -15,6 +15,9 @@ const (
 	DefaultFlushPeriod                 = 5 * time.Minute
 	DefaultSequentialCutoffBytes int64 = 4 << 20
 	DefaultReplacementPolicy           = ReplacementPolicyLRU
+	// DefaultBackingWritebackThrottling is Disabled: with wbt on, commits wait behind bcache's
+	// writeback (docs/benchmarks/results/README.md).
+	DefaultBackingWritebackThrottling = WritebackThrottlingDisabled
 	// DefaultBucketSizeBytes is make-bcache's own default.
 	DefaultBucketSizeBytes   int64 = 512 << 10
 	DefaultSafetyPolicy            = SafetyPolicyEnforce
@@ -88,6 +91,14 @@ func (s *FlashCacheVolumeSpec) EffectiveReplacementPolicy() ReplacementPolicy {
 		return DefaultReplacementPolicy
 	}
 	return s.ReplacementPolicy
+}
+
+// EffectiveBackingWritebackThrottling is spec.backingWritebackThrottling, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveBackingWritebackThrottling() WritebackThrottling {
+	if s.BackingWritebackThrottling == "" {
+		return DefaultBackingWritebackThrottling
+	}
+	return s.BackingWritebackThrottling
 }
 
 // EffectivePolicy is spec.safety.policy, or its default.

@@ -18,6 +18,7 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 		{"cacheSequentialUntilFull", s.EffectiveCacheSequentialUntilFull(), true},
 		{"replacementPolicy", s.EffectiveReplacementPolicy(), DefaultReplacementPolicy},
 		{"cacheDevice.bucketSize", s.EffectiveBucketSizeBytes(), DefaultBucketSizeBytes},
+		{"backingWritebackThrottling", s.EffectiveBackingWritebackThrottling(), DefaultBackingWritebackThrottling},
 		{"safety.policy", s.Safety.EffectivePolicy(), DefaultSafetyPolicy},
 		{"safety.maxWearPercent", s.Safety.EffectiveMaxWearPercent(), DefaultMaxWearPercent},
 		{"safety.wearCheckInterval", s.Safety.EffectiveWearCheckInterval(), DefaultWearCheckInterval},

@@ -30,6 +30,19 @@ const (
 	ReplacementPolicyRandom ReplacementPolicy = "random"
 )
 
+// WritebackThrottling is what the block layer's writeback throttling (wbt) does on the backing
+// disk's queue.
+// +kubebuilder:validation:Enum=Disabled;Kernel
+type WritebackThrottling string
+
+// Writeback throttling settings.
+const (
+	// WritebackThrottlingDisabled turns wbt off on the backing disk (queue/wbt_lat_usec 0).
+	WritebackThrottlingDisabled WritebackThrottling = "Disabled"
+	// WritebackThrottlingKernel keeps the kernel's default (on for rotating disks).
+	WritebackThrottlingKernel WritebackThrottling = "Kernel"
+)
+
 // SafetyPolicy says what happens when a device fails the durability checks.
 // +kubebuilder:validation:Enum=Enforce;Warn
 type SafetyPolicy string
@@ -344,6 +357,17 @@ type FlashCacheVolumeSpec struct {
 	// +optional
 	// +kubebuilder:default=lru
 	ReplacementPolicy ReplacementPolicy `json:"replacementPolicy,omitempty"`
+
+	// backingWritebackThrottling is the block layer's writeback throttling (wbt) on the backing
+	// disk's queue (the whole disk's, for a partition). Disabled (the default) turns it off while the
+	// volume exists: bcache forwards every commit's flush to the backing disk as a write that wbt
+	// queues behind bcache's own writeback, so with it on each commit waits for the writeback in
+	// flight (docs/benchmarks/results/README.md). Kernel restores the kernel's default. It is the
+	// queue's setting, not the disk's: the engine sets it again after a reboot, and teardown
+	// restores the kernel's default. A volume carved from a pool leaves the pool's disks as they are.
+	// +optional
+	// +kubebuilder:default=Disabled
+	BackingWritebackThrottling WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
 
 	// volume says how the device is offered as a PersistentVolume.
 	// +optional

@@ -45,8 +45,11 @@ type Device struct {
 	Rotational      bool
 	DiscardMaxBytes int64
 	WriteCache      string // "write back" or "write through"
-	FUA             bool
-	LogicalBlock    int64
+	// WritebackThrottlingUsec is the queue's wbt_lat_usec: the block layer's writeback
+	// throttling latency target, 0 when off; empty where the queue has no such knob.
+	WritebackThrottlingUsec string
+	FUA                     bool
+	LogicalBlock            int64
 	// State is the SCSI disk's state (running, offline, blocked...); empty for other disks.
 	State string
 	// HardwareID names the whole disk's hardware, from what it reports about itself: its WWID
@@ -167,6 +170,7 @@ func inspectName(path, name string) (Device, error) {
 	d.Rotational = rot == "1"
 	d.DiscardMaxBytes, _ = readInt(filepath.Join(queue, "discard_max_bytes"))
 	d.WriteCache, _ = readTrim(filepath.Join(queue, "write_cache"))
+	d.WritebackThrottlingUsec, _ = readTrim(filepath.Join(queue, "wbt_lat_usec"))
 	fua, _ := readTrim(filepath.Join(queue, "fua"))
 	d.FUA = fua == "1"
 	d.LogicalBlock, _ = readInt(filepath.Join(queue, "logical_block_size"))
@@ -381,4 +385,21 @@ func OpenedExclusively(devPath string) bool {
 	}
 	_ = unix.Close(fd)
 	return false
+}
+
+// Writeback throttling values for SetWritebackThrottling: off, and the kernel's default for the
+// disk (75 ms for a rotating one), which the kernel picks itself when told -1.
+const (
+	WritebackThrottlingOff     = "0"
+	WritebackThrottlingDefault = "-1"
+)
+
+// SetWritebackThrottling writes a whole disk's queue/wbt_lat_usec and returns what the kernel
+// then reports.
+func SetWritebackThrottling(disk, usec string) (string, error) {
+	path := filepath.Join(SysClassBlock, disk, "queue", "wbt_lat_usec")
+	if err := WriteSysfs(path, usec); err != nil {
+		return "", err
+	}
+	return ReadSysfs(path)
 }

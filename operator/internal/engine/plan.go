@@ -32,6 +32,7 @@ const (
 	StepSetCacheTunable StepKind = "set-cache-tunable"
 	StepLinkStablePath  StepKind = "link-stable-path"
 	StepWriteThrough    StepKind = "disable-backing-write-cache"
+	StepBackingWBT      StepKind = "set-backing-writeback-throttling"
 	// The iSCSI steps run before the others: the backing LUN has no device until the login.
 	StepISCSILogin   StepKind = "iscsi-login"
 	StepISCSIStartup StepKind = "iscsi-start-at-boot"
@@ -70,7 +71,7 @@ type Step struct {
 
 func (s Step) String() string {
 	switch s.Kind {
-	case StepSetTunable, StepSetCacheTunable:
+	case StepSetTunable, StepSetCacheTunable, StepBackingWBT:
 		return fmt.Sprintf("%s %s: %s %q -> %q", s.Kind, s.Device, s.Tunable, s.From, s.Value)
 	case StepPartitionCache:
 		discard := ""
@@ -271,7 +272,25 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
 		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
 	}
+	if s := backingWBTStep(v, o.Backing); s != nil {
+		steps = append(steps, *s)
+	}
 	return append(steps, linkStep(v, o, bcacheDev)...), nil
+}
+
+// backingWBTStep sets the backing disk's writeback throttling as the spec asks, when the kernel
+// reports otherwise: Off is 0; Kernel is the kernel's default, restored only from 0, so that a
+// latency target someone chose is left alone. A queue without the knob has nothing to set.
+func backingWBTStep(v Volume, backing blockdev.Device) *Step {
+	have := backing.WritebackThrottlingUsec
+	want := blockdev.WritebackThrottlingOff
+	if v.Spec.EffectiveBackingWritebackThrottling() == fcv1.WritebackThrottlingKernel {
+		want = blockdev.WritebackThrottlingDefault
+	}
+	if have == "" || have == want || (want == blockdev.WritebackThrottlingDefault && have != blockdev.WritebackThrottlingOff) {
+		return nil
+	}
+	return &Step{Kind: StepBackingWBT, Device: "/dev/" + backing.Disk(), Tunable: "wbt_lat_usec", From: have, Value: want}
 }
 
 // tunableSteps set the bcache device's tunables the kernel does not report as wanted.

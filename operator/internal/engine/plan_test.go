@@ -541,3 +541,34 @@ func TestTheBcacheDevicesTunablesAreSetInOneRound(t *testing.T) {
 		})
 	}
 }
+
+func TestPlanTurnsTheBackingDisksWritebackThrottlingOffByDefault(t *testing.T) {
+	v := testVolume()
+	o := converged(v)
+	o.Backing.Name, o.Backing.Parent = "sdb1", "sdb"
+	for _, c := range []struct {
+		setting fcv1.WritebackThrottling
+		have    string
+		want    string // the step, or "" for none
+	}{
+		{"", "75000", `set-backing-writeback-throttling /dev/sdb: wbt_lat_usec "75000" -> "0"`},
+		{fcv1.WritebackThrottlingDisabled, "0", ""},
+		{fcv1.WritebackThrottlingDisabled, "", ""}, // no such knob on this queue
+		{fcv1.WritebackThrottlingKernel, "0", `set-backing-writeback-throttling /dev/sdb: wbt_lat_usec "0" -> "-1"`},
+		{fcv1.WritebackThrottlingKernel, "75000", ""},
+		{fcv1.WritebackThrottlingKernel, "20000", ""}, // someone's own target is left alone
+	} {
+		v.Spec.BackingWritebackThrottling, o.Backing.WritebackThrottlingUsec = c.setting, c.have
+		steps, err := Plan(v, o, Desired{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, s := range steps {
+			got = append(got, s.String())
+		}
+		if strings.Join(got, "; ") != c.want {
+			t.Errorf("%q with wbt_lat_usec %q: steps %q, want %q", c.setting, c.have, got, c.want)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
@@ -151,6 +152,15 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 			res.Steps = append(res.Steps, "stopped a registration of "+o.Backing.DevPath+" made during teardown (by udev's rules)")
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
+	}
+	if backingOurs && !v.Carved() && v.Spec.EffectiveBackingWritebackThrottling() == fcv1.WritebackThrottlingDisabled &&
+		o.Backing.WritebackThrottlingUsec == blockdev.WritebackThrottlingOff {
+		// Disabled: the volume set it (or found it so); the disk goes back to the kernel's default.
+		got, err := blockdev.SetWritebackThrottling(o.Backing.Disk(), blockdev.WritebackThrottlingDefault)
+		if err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, fmt.Sprintf("restored the kernel's writeback throttling on /dev/%s (wbt_lat_usec %s)", o.Backing.Disk(), got))
 	}
 	if v.Carved() && o.LV != nil && (backingOurs || o.BackingSB == nil) {
 		// Its space goes back to the pool; only a logical volume of this name and tag is removed.

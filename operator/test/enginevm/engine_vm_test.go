@@ -422,12 +422,20 @@ func testBuild(t *testing.T, g *guest) {
 	if got := allocatedIn(t, nvmeFile, cacheA.Size-oldData, oldData); got < oldData {
 		t.Fatalf("the old data took %d bytes of the NVMe's file, want %d", got, oldData)
 	}
+	wbt := "/sys/block/" + g.kernelName(t, hddA) + "/queue/wbt_lat_usec"
+	if got := g.sh(t, "cat "+wbt); got == "0" {
+		t.Fatalf("the HDD's writeback throttling is off before any apply (wbt_lat_usec %s): nothing to see", got)
+	}
 	start := time.Now()
 	r, code, stderr := g.node(t, "apply", "a.yaml")
 	if code != 0 || !r.Changed {
 		t.Fatalf("apply: exit %d\n%s\n%s", code, r, stderr)
 	}
 	t.Logf("built in %s: %s", time.Since(start).Round(10*time.Millisecond), r.stepKinds())
+	// backingWritebackThrottling's default: commits' flushes must not queue behind writeback.
+	if got := g.sh(t, "cat "+wbt); got != "0" {
+		t.Errorf("backing disk's wbt_lat_usec = %q after apply, want 0 (backingWritebackThrottling: Disabled)", got)
+	}
 	st := r.Volumes[0].Status
 	if st == nil || !strings.HasPrefix(st.Device, "bcache") || st.StablePath != "/dev/flashcache/vol-a" || st.CacheMode != "writeback" {
 		t.Fatalf("status = %v", st)
@@ -502,9 +510,10 @@ func testTunableChanges(t *testing.T, g *guest) {
 	// The bucket size is the cache's format: asked for another, apply warns and keeps the cache.
 	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID()+", bucketSize: 64Ki", hddA.ByID(),
 		"  safety: {trustWriteCache: true, disableBackingWriteCache: true}\n"+
-			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 1Mi\n  cacheSequentialUntilFull: false\n  replacementPolicy: fifo\n  mode: writearound\n")
+			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 1Mi\n  cacheSequentialUntilFull: false\n  replacementPolicy: fifo\n  mode: writearound\n"+
+			"  backingWritebackThrottling: Kernel\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
-	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache" {
+	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache set-backing-writeback-throttling" {
 		t.Errorf("plan = %q", plan.stepKinds())
 	}
 	r, code, stderr := g.node(t, "apply", "a2.yaml")
@@ -533,9 +542,16 @@ func testTunableChanges(t *testing.T, g *guest) {
 	if wce := g.sh(t, "sdparm --get=WCE "+hddA.ByID()+" | awk '$1 == \"WCE\" {print $2}'; true"); wce != "0" {
 		t.Errorf("the disk itself reports WCE %q, want 0", wce)
 	}
+	wbt := "/sys/block/" + g.kernelName(t, hddA) + "/queue/wbt_lat_usec"
+	if got := g.sh(t, "cat "+wbt); got == "0" || got == "" {
+		t.Errorf("wbt_lat_usec = %q with backingWritebackThrottling: Kernel, want the kernel's default", got)
+	}
 	// Back to the defaults for the next steps.
 	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+	if got := g.sh(t, "cat "+wbt); got != "0" {
+		t.Errorf("wbt_lat_usec = %q back on the defaults, want 0", got)
 	}
 }
 
@@ -740,6 +756,10 @@ func testAdoptionAfterReboot(t *testing.T, g *guest) {
 		}
 	}
 	t.Logf("after reboot apply did: %q", r.stepKinds())
+	// The queue's setting is gone with the reboot; the apply sets it again.
+	if got := g.sh(t, "cat /sys/block/"+g.kernelName(t, hddA)+"/queue/wbt_lat_usec"); got != "0" {
+		t.Errorf("backing disk's wbt_lat_usec = %q after the reboot's apply, want 0", got)
+	}
 	if after := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.uuid/ {print $2}'"); after != before {
 		t.Errorf("backing superblock changed across reboot: %s -> %s", before, after)
 	}
@@ -762,6 +782,9 @@ func testTeardown(t *testing.T, g *guest) {
 			t.Fatalf("teardown %s: exit %d\n%s\n%s", v.file, code, r, stderr)
 		}
 		t.Logf("teardown %s: %v", v.file, r.Volumes[0].Teardown.Steps)
+		if got := g.sh(t, "cat /sys/block/"+g.kernelName(t, v.backing)+"/queue/wbt_lat_usec"); got == "0" {
+			t.Errorf("the backing disk's writeback throttling is still off after teardown of %s", v.file)
+		}
 		if sigs := g.sh(t, "wipefs --no-act "+v.backing.ByID()+" "+v.cache.ByID()); sigs != "" {
 			t.Errorf("signatures left after teardown:\n%s", sigs)
 		}

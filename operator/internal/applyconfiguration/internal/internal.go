@@ -200,6 +200,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backingDevice
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.BackingDeviceSpec
+    - name: backingWritebackThrottling
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.WritebackThrottling
+      default: Disabled
     - name: cacheDevice
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec
@@ -440,6 +444,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: cacheDevice
       type:
         scalar: boolean
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.WritebackThrottling
+  scalar: string
 - name: io.k8s.api.core.v1.PersistentVolumeMode
   scalar: string
 - name: io.k8s.api.core.v1.PersistentVolumeReclaimPolicy

@@ -49,6 +49,14 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	CacheSequentialUntilFull *bool `json:"cacheSequentialUntilFull,omitempty"`
 	// replacementPolicy is how bcache chooses buckets to evict.
 	ReplacementPolicy *apiv1alpha1.ReplacementPolicy `json:"replacementPolicy,omitempty"`
+	// backingWritebackThrottling is the block layer's writeback throttling (wbt) on the backing
+	// disk's queue (the whole disk's, for a partition). Disabled (the default) turns it off while the
+	// volume exists: bcache forwards every commit's flush to the backing disk as a write that wbt
+	// queues behind bcache's own writeback, so with it on each commit waits for the writeback in
+	// flight (docs/benchmarks/results/README.md). Kernel restores the kernel's default. It is the
+	// queue's setting, not the disk's: the engine sets it again after a reboot, and teardown
+	// restores the kernel's default. A volume carved from a pool leaves the pool's disks as they are.
+	BackingWritebackThrottling *apiv1alpha1.WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
 	// volume says how the device is offered as a PersistentVolume.
 	Volume *VolumeSpecApplyConfiguration `json:"volume,omitempty"`
 	// safety configures the durability checks.
@@ -144,6 +152,14 @@ func (b *FlashCacheVolumeSpecApplyConfiguration) WithCacheSequentialUntilFull(va
 // If called multiple times, the ReplacementPolicy field is set to the value of the last call.
 func (b *FlashCacheVolumeSpecApplyConfiguration) WithReplacementPolicy(value apiv1alpha1.ReplacementPolicy) *FlashCacheVolumeSpecApplyConfiguration {
 	b.ReplacementPolicy = &value
+	return b
+}
+
+// WithBackingWritebackThrottling sets the BackingWritebackThrottling field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BackingWritebackThrottling field is set to the value of the last call.
+func (b *FlashCacheVolumeSpecApplyConfiguration) WithBackingWritebackThrottling(value apiv1alpha1.WritebackThrottling) *FlashCacheVolumeSpecApplyConfiguration {
+	b.BackingWritebackThrottling = &value
 	return b
 }
 
