@@ -279,7 +279,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 }
 
 // backingWBTStep sets the backing disk's writeback throttling as the spec asks, when the kernel
-// reports otherwise: Off is 0; Kernel is the kernel's default, restored only from 0, so that a
+// reports otherwise: Disabled is 0; Kernel is the kernel's default, restored only from 0, so that a
 // latency target someone chose is left alone. A queue without the knob has nothing to set.
 func backingWBTStep(v Volume, backing blockdev.Device) *Step {
 	have := backing.WritebackThrottlingUsec
