@@ -184,8 +184,8 @@ func allStorages() []storage {
 		withSetup(fc("flashcache-backing-wc-off", "defaults with safety.disableBackingWriteCache: the HDD's volatile write cache off, so the flush bcache forwards with each commit is dropped", ""),
 			flashcacheSetupWith("", ", disableBackingWriteCache: true", "")),
 		// The same stall's other remedy, without touching the disk, is the default now: wbt off on
-		// the HDD's queue, so the forwarded flush is not queued behind the pass (35.9 TPS against
-		// 27.6-29.9, measured as flashcache-backing-wbt-off, the knob set by hand). This one is the
+		// the HDD's queue, so the forwarded flush is not queued behind the pass (35.7-35.9 TPS against
+		// 27.6-29.9: flashcache #1 with the knob set by hand, #2 by the engine). This one is the
 		// defaults before it.
 		fc("flashcache-wbt-kernel", "defaults with backingWritebackThrottling Kernel: the HDD queue's writeback throttling as the kernel sets it (the defaults until backingWritebackThrottling came)",
 			"  backingWritebackThrottling: Kernel\n"),
