@@ -95,10 +95,19 @@ func (s *FlashCacheVolumeSpec) EffectiveReplacementPolicy() ReplacementPolicy {
 
 // EffectiveBackingWritebackThrottling is spec.backingWritebackThrottling, or its default.
 func (s *FlashCacheVolumeSpec) EffectiveBackingWritebackThrottling() WritebackThrottling {
-	if s.BackingWritebackThrottling == "" {
+	return s.BackingWritebackThrottling.orDefault()
+}
+
+// EffectiveBackingWritebackThrottling is spec.backingWritebackThrottling, or its default.
+func (s *FlashCachePoolSpec) EffectiveBackingWritebackThrottling() WritebackThrottling {
+	return s.BackingWritebackThrottling.orDefault()
+}
+
+func (w WritebackThrottling) orDefault() WritebackThrottling {
+	if w == "" {
 		return DefaultBackingWritebackThrottling
 	}
-	return s.BackingWritebackThrottling
+	return w
 }
 
 // EffectivePolicy is spec.safety.policy, or its default.

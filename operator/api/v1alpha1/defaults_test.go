@@ -27,6 +27,10 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.field, c.got, c.want)
 		}
 	}
+	var pool FlashCachePoolSpec
+	if got := pool.EffectiveBackingWritebackThrottling(); got != DefaultBackingWritebackThrottling {
+		t.Errorf("pool's backingWritebackThrottling: %v, want %v", got, DefaultBackingWritebackThrottling)
+	}
 	zero, off := int32(0), false
 	s.DirtyThresholdPercent, s.CacheSequentialUntilFull = &zero, &off
 	if s.EffectiveDirtyThresholdPercent() != 0 || s.EffectiveCacheSequentialUntilFull() {

@@ -61,6 +61,16 @@ type FlashCachePoolSpec struct {
 	// +kubebuilder:default=lru
 	ReplacementPolicy ReplacementPolicy `json:"replacementPolicy,omitempty"`
 
+	// backingWritebackThrottling is the block layer's writeback throttling (wbt) on every backing
+	// disk's queue, as a volume's own field of that name is on its backing disk: Disabled (the
+	// default) turns it off while the pool exists, so that the flush bcache forwards with each
+	// commit does not queue behind the writeback of every volume carved from the disk; Kernel
+	// restores the kernel's default. It is the pool's, not a volume's: its volumes share the disks'
+	// queues. Set again after a reboot; teardown restores the kernel's default.
+	// +optional
+	// +kubebuilder:default=Disabled
+	BackingWritebackThrottling WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
+
 	// wipe is consent to erase existing signatures on the named devices. Absent, a device that
 	// carries anything but this pool's own cache set or volume group is refused.
 	// +optional

@@ -364,7 +364,8 @@ type FlashCacheVolumeSpec struct {
 	// queues behind bcache's own writeback, so with it on each commit waits for the writeback in
 	// flight (docs/benchmarks/results/README.md). Kernel restores the kernel's default. It is the
 	// queue's setting, not the disk's: the engine sets it again after a reboot, and teardown
-	// restores the kernel's default. A volume carved from a pool leaves the pool's disks as they are.
+	// restores the kernel's default. A volume carved from a pool leaves it to the pool's field of
+	// the same name: the pool's volumes share its disks.
 	// +optional
 	// +kubebuilder:default=Disabled
 	BackingWritebackThrottling WritebackThrottling `json:"backingWritebackThrottling,omitempty"`

@@ -74,6 +74,9 @@ func TestPoolDefaultsAreFilledByTheAPIServer(t *testing.T) {
 	if got.Spec.ReplacementPolicy != fcv1.DefaultReplacementPolicy {
 		t.Errorf("replacementPolicy = %q, want %q", got.Spec.ReplacementPolicy, fcv1.DefaultReplacementPolicy)
 	}
+	if got.Spec.BackingWritebackThrottling != fcv1.DefaultBackingWritebackThrottling {
+		t.Errorf("backingWritebackThrottling = %q, want %q", got.Spec.BackingWritebackThrottling, fcv1.DefaultBackingWritebackThrottling)
+	}
 }
 
 // expectInvalid creates u and wants the API server to refuse it naming field, with contains in
@@ -104,6 +107,7 @@ func TestInvalidPoolsAreRejectedNamingTheField(t *testing.T) {
 		{"the cache device as backing device", set([]any{map[string]any{"path": "/dev/disk/by-id/nvme-QEMU_NVMe_Ctrl_pool01"}}, "spec", "backingDevices"), "spec.backingDevices", "must not be the cache device"},
 		{"kernel name as cache device", set("/dev/nvme0n1", "spec", "cacheDevice", "path"), "spec.cacheDevice.path", "/dev/disk/by-"},
 		{"unknown replacement policy", set("mru", "spec", "replacementPolicy"), "spec.replacementPolicy", "lru"},
+		{"unknown writeback throttling", set("Off", "spec", "backingWritebackThrottling"), "spec.backingWritebackThrottling", "Disabled"},
 		{"bucket size not a power of two", set("3Mi", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
 		{"name not a DNS label", set("Pool_A", "metadata", "name"), "metadata.name", "DNS label"},
 	}

@@ -343,14 +343,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 	case StepWriteThrough:
 		return disableWriteCache(o.Backing)
 	case StepBackingWBT:
-		got, err := blockdev.SetWritebackThrottling(o.Backing.Disk(), s.Value)
-		if err != nil {
-			return err
-		}
-		if s.Value == blockdev.WritebackThrottlingOff && got != s.Value {
-			return fmt.Errorf("%s reports wbt_lat_usec %q after writing %q", s.Device, got, s.Value)
-		}
-		return nil
+		return setBackingWBT(s)
 	case StepLinkStablePath:
 		if o.BackingReg == nil {
 			return fmt.Errorf("the bcache device is not running")

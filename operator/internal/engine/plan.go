@@ -272,25 +272,52 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
 		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
 	}
-	if s := backingWBTStep(v, o.Backing); s != nil {
+	if s := backingWBTStep(v.Spec.EffectiveBackingWritebackThrottling(), o.Backing); s != nil {
 		steps = append(steps, *s)
 	}
 	return append(steps, linkStep(v, o, bcacheDev)...), nil
 }
 
-// backingWBTStep sets the backing disk's writeback throttling as the spec asks, when the kernel
-// reports otherwise: Disabled is 0; Kernel is the kernel's default, restored only from 0, so that a
-// latency target someone chose is left alone. A queue without the knob has nothing to set.
-func backingWBTStep(v Volume, backing blockdev.Device) *Step {
+// backingWBTStep sets a backing disk's writeback throttling as a volume's or a pool's spec asks,
+// when the kernel reports otherwise: Disabled is 0; Kernel is the kernel's default, restored only
+// from 0, so that a latency target someone chose is left alone. A queue without the knob has
+// nothing to set.
+func backingWBTStep(mode fcv1.WritebackThrottling, backing blockdev.Device) *Step {
 	have := backing.WritebackThrottlingUsec
 	want := blockdev.WritebackThrottlingOff
-	if v.Spec.EffectiveBackingWritebackThrottling() == fcv1.WritebackThrottlingKernel {
+	if mode == fcv1.WritebackThrottlingKernel {
 		want = blockdev.WritebackThrottlingDefault
 	}
 	if have == "" || have == want || (want == blockdev.WritebackThrottlingDefault && have != blockdev.WritebackThrottlingOff) {
 		return nil
 	}
 	return &Step{Kind: StepBackingWBT, Device: "/dev/" + backing.Disk(), Tunable: "wbt_lat_usec", From: have, Value: want}
+}
+
+// setBackingWBT takes a StepBackingWBT: the kernel must report 0 after it is written, or the flush
+// would go on queueing behind writeback while the volume's status said otherwise.
+func setBackingWBT(s Step) error {
+	got, err := blockdev.SetWritebackThrottling(strings.TrimPrefix(s.Device, "/dev/"), s.Value)
+	if err != nil {
+		return err
+	}
+	if s.Value == blockdev.WritebackThrottlingOff && got != s.Value {
+		return fmt.Errorf("%s reports wbt_lat_usec %q after writing %q", s.Device, got, s.Value)
+	}
+	return nil
+}
+
+// restoreBackingWBT gives a disk whose writeback throttling a spec with Disabled turned off (or
+// found off) the kernel's default back, at teardown, and says what it did.
+func restoreBackingWBT(mode fcv1.WritebackThrottling, disk blockdev.Device) (string, error) {
+	if mode != fcv1.WritebackThrottlingDisabled || disk.WritebackThrottlingUsec != blockdev.WritebackThrottlingOff {
+		return "", nil
+	}
+	got, err := blockdev.SetWritebackThrottling(disk.Disk(), blockdev.WritebackThrottlingDefault)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("restored the kernel's writeback throttling on /dev/%s (wbt_lat_usec %s)", disk.Disk(), got), nil
 }
 
 // tunableSteps set the bcache device's tunables the kernel does not report as wanted.

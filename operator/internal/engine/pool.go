@@ -229,6 +229,12 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 			steps = append(steps, Step{Kind: StepExtendVG, Device: vg, Value: d})
 		}
 	}
+	// Every volume carved from a disk forwards its commits' flushes to that disk's queue.
+	for _, d := range o.Backing {
+		if s := backingWBTStep(p.Spec.EffectiveBackingWritebackThrottling(), d.Device); s != nil {
+			steps = append(steps, *s)
+		}
+	}
 	return steps, nil
 }
 
@@ -402,6 +408,8 @@ func (e *Engine) executePool(ctx context.Context, p Pool, o *PoolObservation, s 
 		return e.Run.CreateVolumeGroup(ctx, s.Device, p.Tag(), strings.Fields(s.Value)...)
 	case StepExtendVG:
 		return e.Run.ExtendVolumeGroup(ctx, s.Device, s.Value)
+	case StepBackingWBT:
+		return setBackingWBT(s)
 	}
 	return fmt.Errorf("unknown step %q", s.Kind)
 }
@@ -443,6 +451,19 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
 	}
 	if o.VG != nil && o.VG.HasTag(p.Tag()) {
+		// Before the group goes: after it, nothing says which disks were the pool's.
+		for _, d := range o.Backing {
+			if d.PV == nil || d.PV.VG != o.VG.Name {
+				continue
+			}
+			step, err := restoreBackingWBT(p.Spec.EffectiveBackingWritebackThrottling(), d.Device)
+			if err != nil {
+				return res, err
+			}
+			if step != "" {
+				res.Steps = append(res.Steps, step)
+			}
+		}
 		if err := e.Run.RemoveVolumeGroup(ctx, o.VG.Name); err != nil {
 			return res, err
 		}

@@ -29,8 +29,8 @@ func blankPoolDisks() *PoolObservation {
 		CacheSide: CacheSide{CacheUnusedPercent: -1,
 			Cache: blockdev.Device{Path: "/dev/disk/by-id/nvme-ssd", DevPath: "/dev/nvme0n1", Name: "nvme0n1", SizeBytes: 4 * gib, DiscardMaxBytes: 1 << 30}},
 		Backing: []PoolDisk{
-			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd1", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true}},
-			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd2", DevPath: "/dev/sdb", Name: "sdb", SizeBytes: 8 * gib, Rotational: true}},
+			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd1", DevPath: "/dev/sda", Name: "sda", SizeBytes: 8 * gib, Rotational: true, WritebackThrottlingUsec: "75000"}},
+			{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd2", DevPath: "/dev/sdb", Name: "sdb", SizeBytes: 8 * gib, Rotational: true, WritebackThrottlingUsec: "75000"}},
 		},
 	}
 }
@@ -50,6 +50,7 @@ func builtPool(p Pool) *PoolObservation {
 		d := &o.Backing[i]
 		d.Sigs = []blockdev.Signature{{Type: "LVM2_member", Usage: "raid"}}
 		d.PV = &blockdev.PhysicalVolume{Path: d.Device.DevPath, VG: p.VolumeGroup(), SizeBytes: 8 * gib}
+		d.Device.WritebackThrottlingUsec = blockdev.WritebackThrottlingOff
 	}
 	o.Backing[0].Device.Holders = []string{"dm-0"}
 	o.VG = &blockdev.VolumeGroup{Name: p.VolumeGroup(), SizeBytes: 16*gib - 8<<20, FreeBytes: 15*gib - 8<<20, ExtentBytes: 4 << 20, PVCount: 2, LVCount: 1, Tags: p.Tag()}
@@ -63,7 +64,8 @@ func TestPoolFromBlankDisks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "partition-cache-device make-bcache-cache register-cache set-cache-tunable:cache_replacement_policy set-cache-tunable:set/errors set-cache-tunable:set/io_error_limit create-physical-volume create-physical-volume create-volume-group"
+	want := "partition-cache-device make-bcache-cache register-cache set-cache-tunable:cache_replacement_policy set-cache-tunable:set/errors set-cache-tunable:set/io_error_limit create-physical-volume create-physical-volume create-volume-group" +
+		" set-backing-writeback-throttling:wbt_lat_usec set-backing-writeback-throttling:wbt_lat_usec"
 	if got := kinds(steps); got != want {
 		t.Fatalf("steps = %s\nwant %s", got, want)
 	}
@@ -75,7 +77,7 @@ func TestPoolFromBlankDisks(t *testing.T) {
 	if size := (part.End - part.Start + 1) * sectorSize; size > 4*gib*80/100 || size < 4*gib*79/100 {
 		t.Errorf("cache partition of %d MiB on a 4096 MiB SSD, want about 80%%", size>>20)
 	}
-	vg := steps[len(steps)-1]
+	vg := steps[len(steps)-3]
 	if vg.Device != "fcp-worker-1" || vg.Value != "/dev/sda /dev/sdb" {
 		t.Errorf("volume group step = %+v", vg)
 	}
@@ -96,13 +98,44 @@ func TestAPoolGrowsByTheDisksAddedToItsSpec(t *testing.T) {
 	p := testPool()
 	o := builtPool(p)
 	p.Spec.BackingDevices = append(p.Spec.BackingDevices, fcv1.PoolBackingDevice{Path: "/dev/disk/by-id/scsi-hdd3"})
-	o.Backing = append(o.Backing, PoolDisk{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd3", DevPath: "/dev/sdc", Name: "sdc", SizeBytes: 8 * gib, Rotational: true}})
+	o.Backing = append(o.Backing, PoolDisk{Device: blockdev.Device{Path: "/dev/disk/by-id/scsi-hdd3", DevPath: "/dev/sdc", Name: "sdc", SizeBytes: 8 * gib, Rotational: true, WritebackThrottlingUsec: "75000"}})
 	steps, err := PlanPool(p, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(steps); got != "create-physical-volume extend-volume-group" || steps[1].Value != "/dev/sdc" {
+	if got := kinds(steps); got != "create-physical-volume extend-volume-group set-backing-writeback-throttling:wbt_lat_usec" || steps[1].Value != "/dev/sdc" || steps[2].Device != "/dev/sdc" {
 		t.Errorf("steps = %v", steps)
+	}
+}
+
+// The pool's volumes share its disks' queues, so the pool, not a volume, sets their writeback
+// throttling: off by default, the kernel's again with Kernel (only from off).
+func TestAPoolSetsItsDisksWritebackThrottling(t *testing.T) {
+	p := testPool()
+	for _, c := range []struct {
+		setting    fcv1.WritebackThrottling
+		sda, sdb   string
+		wantDevice string // the one step's disk, or "" for none
+		wantValue  string
+	}{
+		{"", "75000", "0", "/dev/sda", "0"}, // sda back from a reboot, sdb already off
+		{fcv1.WritebackThrottlingDisabled, "0", "0", "", ""},
+		{fcv1.WritebackThrottlingKernel, "0", "75000", "/dev/sda", "-1"},
+		{fcv1.WritebackThrottlingKernel, "20000", "75000", "", ""}, // someone's own target is left alone
+	} {
+		o := builtPool(p)
+		p.Spec.BackingWritebackThrottling = c.setting
+		o.Backing[0].Device.WritebackThrottlingUsec, o.Backing[1].Device.WritebackThrottlingUsec = c.sda, c.sdb
+		steps, err := PlanPool(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case c.wantDevice == "" && len(steps) != 0:
+			t.Errorf("%q with sda %s, sdb %s: steps %v, want none", c.setting, c.sda, c.sdb, steps)
+		case c.wantDevice != "" && (len(steps) != 1 || steps[0].Kind != StepBackingWBT || steps[0].Device != c.wantDevice || steps[0].Value != c.wantValue):
+			t.Errorf("%q with sda %s, sdb %s: steps %v, want wbt_lat_usec %s on %s", c.setting, c.sda, c.sdb, steps, c.wantValue, c.wantDevice)
+		}
 	}
 }
 
@@ -115,7 +148,8 @@ func TestAPoolRunStoppedAfterPvcreateGoesOnWithoutConsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(steps); !strings.HasSuffix(got, "set-cache-tunable:set/io_error_limit create-physical-volume create-volume-group") || steps[len(steps)-2].Device != "/dev/sdb" {
+	wbt := " set-backing-writeback-throttling:wbt_lat_usec"
+	if got := kinds(steps); !strings.HasSuffix(got, "set-cache-tunable:set/io_error_limit create-physical-volume create-volume-group"+wbt+wbt) || steps[len(steps)-4].Device != "/dev/sdb" {
 		t.Errorf("steps = %s: want only sdb labelled, then the group of both", got)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
@@ -153,14 +152,15 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 		}
 		res.Steps = append(res.Steps, "erased the bcache superblock of "+o.Backing.DevPath)
 	}
-	if backingOurs && !v.Carved() && v.Spec.EffectiveBackingWritebackThrottling() == fcv1.WritebackThrottlingDisabled &&
-		o.Backing.WritebackThrottlingUsec == blockdev.WritebackThrottlingOff {
-		// Disabled: the volume set it (or found it so); the disk goes back to the kernel's default.
-		got, err := blockdev.SetWritebackThrottling(o.Backing.Disk(), blockdev.WritebackThrottlingDefault)
+	if backingOurs && !v.Carved() {
+		// A carved volume's disks are the pool's, which restores them at its own teardown.
+		step, err := restoreBackingWBT(v.Spec.EffectiveBackingWritebackThrottling(), o.Backing)
 		if err != nil {
 			return res, err
 		}
-		res.Steps = append(res.Steps, fmt.Sprintf("restored the kernel's writeback throttling on /dev/%s (wbt_lat_usec %s)", o.Backing.Disk(), got))
+		if step != "" {
+			res.Steps = append(res.Steps, step)
+		}
 	}
 	if v.Carved() && o.LV != nil && (backingOurs || o.BackingSB == nil) {
 		// Its space goes back to the pool; only a logical volume of this name and tag is removed.

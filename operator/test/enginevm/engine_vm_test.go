@@ -253,6 +253,12 @@ func (g *guest) kernelName(t *testing.T, d vmharness.Disk) string {
 	return g.sh(t, "basename $(readlink -f "+d.ByID()+")")
 }
 
+// queueWBT is the disk's queue/wbt_lat_usec: its writeback throttling's latency target, 0 when off.
+func (g *guest) queueWBT(t *testing.T, d vmharness.Disk) string {
+	t.Helper()
+	return g.sh(t, "cat /sys/block/"+g.kernelName(t, d)+"/queue/wbt_lat_usec")
+}
+
 func (g *guest) sysfsInt(t *testing.T, path string) int64 {
 	t.Helper()
 	v, err := strconv.ParseInt(g.sh(t, "cat "+path), 10, 64)
@@ -422,8 +428,7 @@ func testBuild(t *testing.T, g *guest) {
 	if got := allocatedIn(t, nvmeFile, cacheA.Size-oldData, oldData); got < oldData {
 		t.Fatalf("the old data took %d bytes of the NVMe's file, want %d", got, oldData)
 	}
-	wbt := "/sys/block/" + g.kernelName(t, hddA) + "/queue/wbt_lat_usec"
-	if got := g.sh(t, "cat "+wbt); got == "0" {
+	if got := g.queueWBT(t, hddA); got == "0" {
 		t.Fatalf("the HDD's writeback throttling is off before any apply (wbt_lat_usec %s): nothing to see", got)
 	}
 	start := time.Now()
@@ -433,7 +438,7 @@ func testBuild(t *testing.T, g *guest) {
 	}
 	t.Logf("built in %s: %s", time.Since(start).Round(10*time.Millisecond), r.stepKinds())
 	// backingWritebackThrottling's default: commits' flushes must not queue behind writeback.
-	if got := g.sh(t, "cat "+wbt); got != "0" {
+	if got := g.queueWBT(t, hddA); got != "0" {
 		t.Errorf("backing disk's wbt_lat_usec = %q after apply, want 0 (backingWritebackThrottling: Disabled)", got)
 	}
 	st := r.Volumes[0].Status
@@ -542,15 +547,14 @@ func testTunableChanges(t *testing.T, g *guest) {
 	if wce := g.sh(t, "sdparm --get=WCE "+hddA.ByID()+" | awk '$1 == \"WCE\" {print $2}'; true"); wce != "0" {
 		t.Errorf("the disk itself reports WCE %q, want 0", wce)
 	}
-	wbt := "/sys/block/" + g.kernelName(t, hddA) + "/queue/wbt_lat_usec"
-	if got := g.sh(t, "cat "+wbt); got == "0" || got == "" {
+	if got := g.queueWBT(t, hddA); got == "0" || got == "" {
 		t.Errorf("wbt_lat_usec = %q with backingWritebackThrottling: Kernel, want the kernel's default", got)
 	}
 	// Back to the defaults for the next steps.
 	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, stderr)
 	}
-	if got := g.sh(t, "cat "+wbt); got != "0" {
+	if got := g.queueWBT(t, hddA); got != "0" {
 		t.Errorf("wbt_lat_usec = %q back on the defaults, want 0", got)
 	}
 }
@@ -757,7 +761,7 @@ func testAdoptionAfterReboot(t *testing.T, g *guest) {
 	}
 	t.Logf("after reboot apply did: %q", r.stepKinds())
 	// The queue's setting is gone with the reboot; the apply sets it again.
-	if got := g.sh(t, "cat /sys/block/"+g.kernelName(t, hddA)+"/queue/wbt_lat_usec"); got != "0" {
+	if got := g.queueWBT(t, hddA); got != "0" {
 		t.Errorf("backing disk's wbt_lat_usec = %q after the reboot's apply, want 0", got)
 	}
 	if after := g.sh(t, "bcache-super-show "+hddA.ByID()+" | awk '/dev.uuid/ {print $2}'"); after != before {
@@ -782,7 +786,7 @@ func testTeardown(t *testing.T, g *guest) {
 			t.Fatalf("teardown %s: exit %d\n%s\n%s", v.file, code, r, stderr)
 		}
 		t.Logf("teardown %s: %v", v.file, r.Volumes[0].Teardown.Steps)
-		if got := g.sh(t, "cat /sys/block/"+g.kernelName(t, v.backing)+"/queue/wbt_lat_usec"); got == "0" {
+		if got := g.queueWBT(t, v.backing); got == "0" {
 			t.Errorf("the backing disk's writeback throttling is still off after teardown of %s", v.file)
 		}
 		if sigs := g.sh(t, "wipefs --no-act "+v.backing.ByID()+" "+v.cache.ByID()); sigs != "" {

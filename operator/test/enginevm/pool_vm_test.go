@@ -129,6 +129,10 @@ var carvedVolumes = carvedVolumeDoc("carved-a", "256Mi", 40) + carvedVolumeDoc("
 
 func testPoolBuild(t *testing.T, g *guest) {
 	g.poolFile(t, "pool.yaml", []vmharness.Disk{poolHDD1}, carvedVolumes)
+	wbt := g.queueWBT(t, poolHDD1)
+	if wbt == "0" || wbt == "" {
+		t.Fatalf("the pool's HDD has wbt_lat_usec %q before the pool: nothing to see", wbt)
+	}
 	r, code, stderr := g.node(t, "apply", "pool.yaml")
 	if code != 0 || len(r.Pools) != 1 || r.Pools[0].Error != nil || !r.Pools[0].Changed || r.Pools[0].Status == nil {
 		t.Fatalf("pool apply: exit %d, %+v\n%s\n%s", code, r.Pools, r, stderr)
@@ -138,6 +142,11 @@ func testPoolBuild(t *testing.T, g *guest) {
 		kinds = append(kinds, s.Kind)
 	}
 	t.Logf("pool built in steps: %s", strings.Join(kinds, " "))
+	// backingWritebackThrottling's default, on the pool's disk: both carved volumes forward their
+	// commits' flushes to its queue.
+	if got := g.queueWBT(t, poolHDD1); got != "0" {
+		t.Errorf("the pool's HDD has wbt_lat_usec %q after the pool's apply (was %s), want 0", got, wbt)
+	}
 	if !r.Pools[0].Steps[0].Discard {
 		t.Errorf("the SSD was not discarded before partitioning: %+v", r.Pools[0].Steps[0])
 	}
@@ -275,8 +284,11 @@ func testPoolGrows(t *testing.T, g *guest) {
 	for _, s := range r.Pools[0].Steps {
 		kinds = append(kinds, s.Kind)
 	}
-	if got := strings.Join(kinds, " "); got != "create-physical-volume extend-volume-group" {
-		t.Errorf("steps %q, want the new disk labelled and added, nothing else", got)
+	if got := strings.Join(kinds, " "); got != "create-physical-volume extend-volume-group set-backing-writeback-throttling" {
+		t.Errorf("steps %q, want the new disk labelled, added and its writeback throttling off, nothing else", got)
+	}
+	if got := g.queueWBT(t, poolHDD2); got != "0" {
+		t.Errorf("the added HDD has wbt_lat_usec %q, want 0", got)
 	}
 	if st := r.Pools[0].Status; st.CapacityBytes < (poolHDD1.Size+poolHDD2.Size)*99/100 {
 		t.Errorf("capacity %d after adding a disk, want about %d", st.CapacityBytes, poolHDD1.Size+poolHDD2.Size)
@@ -381,6 +393,11 @@ func testPoolTeardown(t *testing.T, g *guest) {
 	t.Logf("pool teardown: %v", r.Pools[0].Teardown.Steps)
 	if sigs := g.sh(t, "wipefs --no-act "+poolCache.ByID()+" "+poolHDD1.ByID()+" "+poolHDD2.ByID()); sigs != "" {
 		t.Errorf("signatures left after the pool's teardown:\n%s", sigs)
+	}
+	for _, d := range []vmharness.Disk{poolHDD1, poolHDD2} {
+		if got := g.queueWBT(t, d); got == "0" || got == "" {
+			t.Errorf("%s has wbt_lat_usec %q after the pool's teardown, want the kernel's default back", d.Serial, got)
+		}
 	}
 	ssd := g.kernelName(t, poolCache)
 	if n := strings.Count(g.sh(t, "ls /sys/class/block/"+ssd), ssd+"p"); n != 0 {

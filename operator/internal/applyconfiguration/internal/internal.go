@@ -128,6 +128,10 @@ var schemaYAML = typed.YAMLObject(`types:
           elementRelationship: associative
           keys:
           - path
+    - name: backingWritebackThrottling
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.WritebackThrottling
+      default: Disabled
     - name: cacheDevice
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec

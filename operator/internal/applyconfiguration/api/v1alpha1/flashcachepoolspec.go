@@ -24,6 +24,13 @@ type FlashCachePoolSpecApplyConfiguration struct {
 	// replacementPolicy is how bcache chooses buckets to evict. It belongs to the cache device, so
 	// it is the pool's, for all its volumes.
 	ReplacementPolicy *apiv1alpha1.ReplacementPolicy `json:"replacementPolicy,omitempty"`
+	// backingWritebackThrottling is the block layer's writeback throttling (wbt) on every backing
+	// disk's queue, as a volume's own field of that name is on its backing disk: Disabled (the
+	// default) turns it off while the pool exists, so that the flush bcache forwards with each
+	// commit does not queue behind the writeback of every volume carved from the disk; Kernel
+	// restores the kernel's default. It is the pool's, not a volume's: its volumes share the disks'
+	// queues. Set again after a reboot; teardown restores the kernel's default.
+	BackingWritebackThrottling *apiv1alpha1.WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
 	// wipe is consent to erase existing signatures on the named devices. Absent, a device that
 	// carries anything but this pool's own cache set or volume group is refused.
 	Wipe *PoolWipeSpecApplyConfiguration `json:"wipe,omitempty"`
@@ -69,6 +76,14 @@ func (b *FlashCachePoolSpecApplyConfiguration) WithBackingDevices(values ...*Poo
 // If called multiple times, the ReplacementPolicy field is set to the value of the last call.
 func (b *FlashCachePoolSpecApplyConfiguration) WithReplacementPolicy(value apiv1alpha1.ReplacementPolicy) *FlashCachePoolSpecApplyConfiguration {
 	b.ReplacementPolicy = &value
+	return b
+}
+
+// WithBackingWritebackThrottling sets the BackingWritebackThrottling field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the BackingWritebackThrottling field is set to the value of the last call.
+func (b *FlashCachePoolSpecApplyConfiguration) WithBackingWritebackThrottling(value apiv1alpha1.WritebackThrottling) *FlashCachePoolSpecApplyConfiguration {
+	b.BackingWritebackThrottling = &value
 	return b
 }
 

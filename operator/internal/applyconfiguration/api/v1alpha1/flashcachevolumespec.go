@@ -55,7 +55,8 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// queues behind bcache's own writeback, so with it on each commit waits for the writeback in
 	// flight (docs/benchmarks/results/README.md). Kernel restores the kernel's default. It is the
 	// queue's setting, not the disk's: the engine sets it again after a reboot, and teardown
-	// restores the kernel's default. A volume carved from a pool leaves the pool's disks as they are.
+	// restores the kernel's default. A volume carved from a pool leaves it to the pool's field of
+	// the same name: the pool's volumes share its disks.
 	BackingWritebackThrottling *apiv1alpha1.WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
 	// volume says how the device is offered as a PersistentVolume.
 	Volume *VolumeSpecApplyConfiguration `json:"volume,omitempty"`
