@@ -451,12 +451,17 @@ func (e *Engine) TeardownPool(ctx context.Context, p Pool) (*TeardownResult, err
 		res.Steps = append(res.Steps, "erased the cache partition and partition table of "+o.Cache.DevPath)
 	}
 	if o.VG != nil && o.VG.HasTag(p.Tag()) {
-		// Before the group goes: after it, nothing says which disks were the pool's.
-		for _, d := range o.Backing {
-			if d.PV == nil || d.PV.VG != o.VG.Name {
-				continue
+		// Before the group goes: after it, nothing says which disks were the pool's. Its members,
+		// not the spec's disks: the spec read at teardown may name fewer than the pool grew to.
+		for _, pv := range o.Members {
+			disk, err := blockdev.Inspect(pv)
+			if errors.Is(err, blockdev.ErrNotFound) {
+				continue // a disk gone has no queue to restore
 			}
-			step, err := restoreBackingWBT(p.Spec.EffectiveBackingWritebackThrottling(), d.Device)
+			if err != nil {
+				return res, fmt.Errorf("physical volume %s of %s: %w", pv, o.VG.Name, err)
+			}
+			step, err := restoreBackingWBT(p.Spec.EffectiveBackingWritebackThrottling(), disk)
 			if err != nil {
 				return res, err
 			}
