@@ -274,12 +274,16 @@ func (r *Reconciler) notePass(ctx context.Context, fcv *fcv1.FlashCacheVolume, p
 	case pass.FinishedInWritethrough:
 		log.Info("flush pass finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed)
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "FlushPassFinishedInWritethrough", "Flush",
-			"the pass started %s ago did not get the volume clean in writeback: the rest was flushed in writethrough (%.0fs), as the flush period requires",
+			"the pass started %s ago did not write back in writeback what was dirty at its start: the rest was flushed in writethrough (%.0fs), as the flush period requires",
 			pass.Elapsed.Round(time.Second), pass.WritethroughFlushSeconds)
 	case pass.Ended:
-		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed)
+		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed, "swept", pass.Swept)
+		since := ""
+		if pass.Swept {
+			since = "; what is dirty now was written since it began"
+		}
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushPassDone", "Flush",
-			"%s written back in %s, in writeback (%s)", units.Bytes(pass.DirtyAtStart), pass.Elapsed.Round(time.Second), pass.Reason)
+			"%s written back in %s, in writeback (%s)%s", units.Bytes(pass.DirtyAtStart), pass.Elapsed.Round(time.Second), pass.Reason, since)
 	}
 }
 

@@ -166,10 +166,10 @@ func logPass(log logr.Logger, pass *engine.PassReport) {
 	case pass.Started:
 		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart, "startedAt", pass.StartedAt.UTC().Format(time.RFC3339Nano))
 	case pass.FinishedInWritethrough:
-		log.Info("flush pass not clean within its limit: finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed.String(),
+		log.Info("flush pass did not write back what was dirty at its start within its limit: finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed.String(),
 			"writethroughSeconds", pass.WritethroughFlushSeconds)
 	case pass.Ended:
-		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed.String())
+		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed.String(), "swept", pass.Swept)
 	}
 }
 

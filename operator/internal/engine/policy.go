@@ -13,6 +13,7 @@ import (
 	"time"
 
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
 // The engine owns a volume's policy over time as well as its build: the flush pass behind
@@ -87,9 +88,12 @@ type PassReport struct {
 	Active bool   `json:"active"`
 	Reason string `json:"reason,omitempty"`
 	// Started, Ended and Finished in writethrough say what happened in this run: a pass that
-	// did not get the volume clean within its limit is finished by the blocking flush.
-	Started                  bool          `json:"started,omitempty"`
-	Ended                    bool          `json:"ended,omitempty"`
+	// did not get the volume clean or swept within its limit is finished by the blocking flush.
+	Started bool `json:"started,omitempty"`
+	Ended   bool `json:"ended,omitempty"`
+	// Swept is true when the pass ended with the volume still dirty: every extent dirty when it
+	// began was written back (bcache's btree dump said so), and what is dirty now was written since.
+	Swept                    bool          `json:"swept,omitempty"`
 	FinishedInWritethrough   bool          `json:"finishedInWritethrough,omitempty"`
 	StartedAt                time.Time     `json:"startedAt,omitzero"`
 	Elapsed                  time.Duration `json:"elapsed,omitempty"`
@@ -104,10 +108,12 @@ type PassReport struct {
 // A periodic pass starts every half flush period on a dirty volume. It writes back in writeback
 // mode (Desired.Passing), so commits keep landing on the SSD while it runs, paced over three
 // quarters of its limit and at full speed after that (Desired.PaceUntil); it ends when bcache
-// reports the volume clean, which it does only after a full scan of its index found nothing
-// dirty. A pass still not clean after its limit (half a flush period, and at least
-// passLimitFloor) is finished by the blocking flush, in writethrough: a workload that dirties data
-// as fast as the backing disk writes it back would otherwise keep a pass from ever ending. Data
+// reports the volume clean, or, where bcache's btree dump can be read, as soon as every extent
+// dirty at its start has been written back (passSwept): a volume under a steady load is never
+// clean, as bcache says clean only after a full scan of its index found nothing dirty. A pass
+// that has done neither after its limit (half a flush period, and at least passLimitFloor) is
+// finished by the blocking flush, in writethrough: a workload that dirties data faster than the
+// backing disk writes it back would otherwise keep a pass from ever ending. Data
 // written at t is therefore on the backing disk by t + DirtyAgeBound (the flush period, from two
 // minutes up), plus the blocking flush's length when a pass needed it, plus the interval at which
 // the caller runs Converge.
@@ -139,6 +145,10 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if st.noteClean(dirty, now) {
 		stateChanged = true
 	}
+	swept := false
+	if st.Pass != nil && dirty && inWriteback {
+		swept = e.passSwept(v, st.Pass, res.Status)
+	}
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
 	}
@@ -146,13 +156,17 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if requested {
 		st.FlushRequest, stateChanged = want.FlushRequest, true
 	}
-	switch next := nextPass(st, dirty, inWriteback, v.Spec.EffectiveFlushPeriod(), now, requested); next {
+	switch next := nextPass(st, dirty && !swept, inWriteback, v.Spec.EffectiveFlushPeriod(), now, requested); next {
 	case passCovered:
 		// A drain's hold or a safety downgrade flushed the volume in writethrough meanwhile.
 		pr.Ended = true
 		st.Pass, st.PeriodFrom, stateChanged = nil, now, true
 	case passEnd:
-		pr.Ended = true
+		pr.Ended, pr.Swept = true, swept
+		if swept && st.Pass.StartedAt.After(st.CleanSeenAt) {
+			// Nothing dirty now was written before the pass began.
+			st.CleanSeenAt = st.Pass.StartedAt
+		}
 		st.Pass = nil
 		if err := e.saveState(v, st); err != nil {
 			return res, pr, err
@@ -162,7 +176,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			return res, pr, err
 		}
 	case passFinishInWritethrough:
-		e.Log.Info("flush pass not clean within its limit: finishing it in writethrough", "volume", v.Name,
+		e.Log.Info("flush pass did not write back what was dirty at its start within its limit: finishing it in writethrough", "volume", v.Name,
 			"startedAt", st.Pass.StartedAt, "dirty", res.Status.DirtyBytes)
 		// The pass ends here, so that the apply at the end of the blocking flush restores the
 		// spec's throttle rather than the pass's.
@@ -448,28 +462,107 @@ func (e *Engine) loadState(v Volume) (*State, error) {
 // saveState writes the state through a temporary file and a rename, so a crash leaves the old
 // state or the new one.
 func (e *Engine) saveState(v Volume, st *State) error {
-	path := e.statePath(v)
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("recording the volume's state: %w", err)
-	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("recording the volume's state: %w", err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := writeFileAtomically(e.statePath(v), b); err != nil {
 		return fmt.Errorf("recording the volume's state: %w", err)
 	}
 	return nil
 }
 
+// writeFileAtomically writes b through a temporary file and a rename, so a crash leaves the old
+// file or the new one.
+func writeFileAtomically(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
 // forgetState removes the volume's state, at teardown.
 func (e *Engine) forgetState(v Volume) error {
-	if err := os.Remove(e.statePath(v)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("removing the volume's state: %w", err)
+	for _, path := range []string{e.statePath(v), e.passExtentsPath(v)} {
+		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing the volume's state: %w", err)
+		}
 	}
 	return nil
+}
+
+// A pass ends when bcache reports the volume clean, which under a steady load it never does: it
+// does so only after one scan of its whole index found no dirty key, and the load dirties keys
+// all the time. What the age bound needs is less: that the data dirty when the pass began has
+// reached the backing disk. bcache's btree dump shows where each dirty extent's data lies on the
+// cache; data is never rewritten in place there (see blockdev.CacheExtent), so once none of the
+// extents dirty at the pass's start is dirty any more, every byte written before it is on the
+// backing disk or was overwritten since. The pass then ends without the writethrough finish.
+
+// passExtents is the dirty extents of the volume, read once a pass has begun.
+type passExtents struct {
+	// PassStartedAt names the pass they were read for.
+	PassStartedAt time.Time `json:"passStartedAt"`
+	// ReadAt is when they were read: anything dirty then is in them.
+	ReadAt  time.Time              `json:"readAt"`
+	Extents []blockdev.CacheExtent `json:"extents"`
+}
+
+func (e *Engine) passExtentsPath(v Volume) string {
+	return strings.TrimSuffix(e.statePath(v), ".json") + ".pass-extents"
+}
+
+// passSwept says whether every extent dirty early in the pass p has been written back. In the
+// first run of the pass it reads them (any moment after the pass began will do: what was dirty
+// before is dirty then, or written back already) and says no. Without the dump (debugfs not
+// there) or with one it cannot read, it says no, and the pass ends as before: clean, or in
+// writethrough at its limit.
+func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
+	inode, err := blockdev.BackingInode(s.CacheSetUUID, s.Device)
+	if err != nil {
+		e.Log.V(1).Info("flush pass: no bcache id for the backing device; the pass ends when clean", "volume", v.Name, "error", err.Error())
+		return false
+	}
+	now, err := blockdev.DirtyExtents(s.CacheSetUUID, inode)
+	if err != nil {
+		e.Log.V(1).Info("flush pass: no btree dump to read; the pass ends when clean", "volume", v.Name, "error", err.Error())
+		return false
+	}
+	var before passExtents
+	b, err := os.ReadFile(e.passExtentsPath(v))
+	if err == nil {
+		err = json.Unmarshal(b, &before)
+	}
+	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) {
+		before = passExtents{PassStartedAt: p.StartedAt, ReadAt: time.Now(), Extents: mergeExtents(now)}
+		b, err := json.Marshal(before)
+		if err == nil {
+			err = writeFileAtomically(e.passExtentsPath(v), b)
+		}
+		if err != nil {
+			e.Log.Info("flush pass: recording the extents dirty at its start", "volume", v.Name, "error", err.Error())
+		}
+		return false
+	}
+	left := blockdev.StillDirty(before.Extents, now)
+	e.Log.V(1).Info("flush pass: extents dirty at its start still dirty", "volume", v.Name, "sectors", left)
+	return left == 0
+}
+
+// mergeExtents joins extents that follow each other on the cache: the initial copy and
+// sequential writes make long runs of them, and the file stays small.
+func mergeExtents(ext []blockdev.CacheExtent) []blockdev.CacheExtent {
+	out := make([]blockdev.CacheExtent, 0, len(ext))
+	for _, x := range ext {
+		if n := len(out); n > 0 && out[n-1].Dev == x.Dev && out[n-1].Gen == x.Gen && out[n-1].Offset+out[n-1].Sectors == x.Offset {
+			out[n-1].Sectors += x.Sectors
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
 }

@@ -414,75 +414,194 @@ func testWearWhileRunning(t *testing.T, g *guest) {
 // then the loop finishes it with the blocking flush in writethrough, where new writes make no
 // dirty data, and restores writeback. It prints the loop's start time, then a sample a second:
 // time, cache mode, bcache's state.
-const escalationScript = `set -eu
+// passScript runs a flush loop over vol-a (flushPeriod 30s) under a steady writer: fio rewrites
+// the first 64 KiB 400 times a second, so bcache never reports the volume clean. Before the loop
+// starts, %[3]d MiB of 4-KiB writes scattered over 2 GiB and a 4-KiB marker at %[4]d MiB are
+// written once, so they are dirty when the first pass begins. It samples the cache mode and state
+// five times a second until the loop's log says a pass ended (done, or finished in writethrough)
+// and the volume is in writeback, or %[2]d s passed, then stops the loop and the writer. It writes
+// "marker <md5> <byte offset on the backing disk>", "started <time>" and the samples to
+// /root/pass.out, and touches /root/pass.done at the end, so the host can act while it runs.
+const passScript = `set -eu
 dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
-rm -f /var/lib/flashcache/state/vol-a.json /root/esc.log /root/esc-samples
+rm -f /var/lib/flashcache/state/vol-a.json /var/lib/flashcache/state/vol-a.pass-extents /root/pass.log /root/pass-samples /root/pass.done
 now() { date +%%s.%%N; }
+{
+fio --name=scatter --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --offset=1m --size=2g --io_size=%[3]dm --randrepeat=0 --output=/dev/null
+head -c 4096 /dev/urandom > /root/marker
+dd if=/root/marker of=/dev/flashcache/vol-a bs=4k seek=$(( %[4]d * 256 )) oflag=direct conv=fsync status=none
+echo "marker $(md5sum < /root/marker | cut -d' ' -f1) $(( $(bcache-super-show %[5]s | awk '/dev.data.first_sector/ {print $2}') * 512 + %[4]d * 1048576 ))"
 fio --name=redirty --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --size=64k --rate_iops=400 --time_based --runtime=900 --output=/dev/null &
 writer=$!
-trap 'kill $writer 2>/dev/null || true; [ -f /root/esc.pid ] && kill $(cat /root/esc.pid) 2>/dev/null || true' EXIT
+trap 'kill $writer 2>/dev/null || true; [ -f /root/pass.pid ] && kill $(cat /root/pass.pid) 2>/dev/null || true' EXIT
 started=$(now)
-nohup flashcache node run --config /root/a-esc.yaml --interval %[1]ds --metrics-bind-address 0 >/root/esc.log 2>&1 & echo $! >/root/esc.pid
+nohup flashcache node run --config /root/a-pass.yaml --interval %[1]ds --metrics-bind-address 0 >/root/pass.log 2>&1 & echo $! >/root/pass.pid
 deadline=$(awk -v s=$started 'BEGIN { printf "%%d", s + %[2]d }')
-# Sampled five times a second with the shell's builtins: the writethrough of a flush of a few
-# KiB lasts about a second.
+# Sampled five times a second with the shell's builtins: the writethrough of a short flush lasts
+# about a second.
 while [ ${EPOCHREALTIME%%.*} -lt $deadline ]; do
 	read -r modes <$bc/cache_mode; read -r state <$bc/state
 	mode=${modes#*[}; mode=${mode%%]*}
-	echo "$EPOCHREALTIME $mode $state" >>/root/esc-samples
-	if [ "$mode" = writeback ] && grep -q 'finished in writethrough' /root/esc.log; then break; fi
+	echo "$EPOCHREALTIME $mode $state" >>/root/pass-samples
+	if [ "$mode" = writeback ] && grep -qE 'flush pass done|finished in writethrough' /root/pass.log; then break; fi
 	sleep 0.2
 done
-kill $(cat /root/esc.pid); while kill -0 $(cat /root/esc.pid) 2>/dev/null; do sleep 0.2; done; rm -f /root/esc.pid
+kill $(cat /root/pass.pid); while kill -0 $(cat /root/pass.pid) 2>/dev/null; do sleep 0.2; done; rm -f /root/pass.pid
 kill $writer; wait $writer 2>/dev/null || true
 echo "started $started"
-cat /root/esc-samples
+cat /root/pass-samples
+} >/root/pass.out 2>&1
+touch /root/pass.done
 `
 
-// testPassFinishedInWritethrough: a pass that cannot get the volume clean runs in writeback for
-// its whole limit, no less, and is then finished by the blocking flush in writethrough, after
-// which the volume is in writeback again: the last part of the bound on dirty data's age.
-func testPassFinishedInWritethrough(t *testing.T, g *guest) {
+// passRun is what passScript saw.
+type passRun struct {
+	started             float64
+	markerMD5           string
+	markerOffset        int64
+	samples             []passSample
+	log                 string
+	starts, dones       []float64
+	escalated, finished []float64
+}
+
+type passSample struct {
+	at          float64
+	mode, state string
+}
+
+// runPass writes a-pass.yaml and runs passScript in the background; onLog, when not nil, is
+// called with the loop's log every second while it runs, so the host can change the disks.
+func (g *guest) runPass(t *testing.T, scatterMiB int, onLog func(log string)) passRun {
+	t.Helper()
 	const period, interval = 30 * time.Second, 5 * time.Second
 	limit := max(period/2, time.Minute) // the engine's pass limit for this period
-	g.volumeFile(t, "a-esc.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period))
-	// Room for one pass that the writer could not keep dirty (on a busy host fio's 400 writes a
-	// second fall behind, and a pass once got clean in 58 s) before the one that escalates.
+	g.volumeFile(t, "a-pass.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period))
+	// Room for one pass that ended early (on a busy host fio's 400 writes a second fall behind)
+	// before the one the test is about.
 	budget := period/2 + 2*limit + 2*time.Minute
-	out := g.sh(t, fmt.Sprintf(escalationScript, int(interval.Seconds()), int(budget.Seconds())))
-	runLog := g.sh(t, "cat /root/esc.log")
-	t.Logf("flashcache node run's log:\n%s", runLog)
-
-	var started float64
-	type sample struct {
-		at          float64
-		mode, state string
+	script := fmt.Sprintf(passScript, int(interval.Seconds()), int(budget.Seconds()), scatterMiB, ageMarkerMiB, hddA.ByID())
+	if err := g.vm.WriteFile(g.ctx, "/root/pass.sh", []byte(script), 0o755); err != nil {
+		t.Fatal(err)
 	}
-	var samples []sample
-	for _, l := range strings.Split(out, "\n") {
+	g.sh(t, "rm -f /root/pass.done; nohup bash /root/pass.sh >/dev/null 2>&1 &")
+	deadline := time.Now().Add(budget + 5*time.Minute)
+	for g.sh(t, "[ -f /root/pass.done ] && echo done || true") != "done" {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pass script did not end within %s", budget+5*time.Minute)
+		}
+		if onLog != nil {
+			onLog(g.sh(t, "cat /root/pass.log 2>/dev/null || true"))
+		}
+		time.Sleep(time.Second)
+	}
+	r := passRun{log: g.sh(t, "cat /root/pass.log")}
+	t.Logf("flashcache node run's log:\n%s", r.log)
+	for _, l := range strings.Split(g.sh(t, "cat /root/pass.out"), "\n") {
 		f := strings.Fields(l)
-		if len(f) == 2 && f[0] == "started" {
-			started, _ = strconv.ParseFloat(f[1], 64)
-		} else if len(f) == 3 {
+		switch {
+		case len(f) == 2 && f[0] == "started":
+			r.started, _ = strconv.ParseFloat(f[1], 64)
+		case len(f) == 3 && f[0] == "marker":
+			r.markerMD5 = f[1]
+			r.markerOffset, _ = strconv.ParseInt(f[2], 10, 64)
+		case len(f) == 3:
 			at, _ := strconv.ParseFloat(f[0], 64)
-			samples = append(samples, sample{at, f[1], f[2]})
+			r.samples = append(r.samples, passSample{at, f[1], f[2]})
 		}
 	}
-	passStarts := passStartTimes(t, runLog)
-	escalated := logTimes(t, runLog, "finishing it in writethrough")
-	finished := logTimes(t, runLog, "finished in writethrough")
-	if len(passStarts) == 0 || len(escalated) == 0 || len(finished) == 0 || started == 0 {
-		t.Fatalf("want a pass started, escalated and finished in writethrough within %s; log:\n%s", budget, runLog)
+	r.starts = passStartTimes(t, r.log)
+	r.dones = logTimes(t, r.log, "flush pass done")
+	r.escalated = logTimes(t, r.log, "finishing it in writethrough")
+	r.finished = logTimes(t, r.log, "finished in writethrough")
+	if r.started == 0 || r.markerMD5 == "" || len(r.samples) == 0 {
+		t.Fatalf("the pass script's output is incomplete:\n%s", g.sh(t, "cat /root/pass.out"))
+	}
+	return r
+}
+
+// testPassEndsWhenWhatWasDirtyAtItsStartIsWrittenBack: under a writer that keeps the volume dirty,
+// so that bcache never reports it clean, a pass ends in writeback, within its limit, once every
+// extent that was dirty when it began has been written back (bcache's btree dump in debugfs
+// says so), and the marker written before it is then on the backing disk itself. Before the
+// engine read the dump, such a pass always ran its limit and was finished in writethrough.
+func testPassEndsWhenWhatWasDirtyAtItsStartIsWrittenBack(t *testing.T, g *guest) {
+	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
+		t.Fatalf("flush --pass: exit %d\n%s", code, stderr)
+	}
+	limit := time.Minute
+	r := g.runPass(t, 2, nil)
+	if len(r.starts) == 0 || len(r.dones) == 0 {
+		t.Fatalf("want a pass started and done; log:\n%s", r.log)
+	}
+	t.Logf("loop started at 0 s; passes started at %s, done at %s; escalated at %s",
+		relative(r.starts, r.started), relative(r.dones, r.started), relative(r.escalated, r.started))
+	if len(r.escalated) > 0 {
+		t.Errorf("a pass was finished in writethrough: the extents dirty at its start were not seen written back")
+	}
+	if !regexp.MustCompile(`flush pass done.*"swept": true`).MatchString(r.log) {
+		t.Errorf("the pass did not end swept (the volume clean instead?)")
+	}
+	if took := time.Duration((r.dones[0] - r.starts[0]) * float64(time.Second)); took > limit {
+		t.Errorf("the pass took %s, over its limit %s", took.Round(time.Second), limit)
+	}
+	// bcache never said clean while the pass ran: the old criterion would not have ended it.
+	for _, s := range r.samples {
+		if s.at < r.starts[0] || s.at > r.dones[0] {
+			continue
+		}
+		if s.mode != "writeback" || s.state == "clean" {
+			t.Errorf("%.1f s into the pass the volume was %s/%s, want writeback and dirty throughout", s.at-r.starts[0], s.mode, s.state)
+			break
+		}
+	}
+	// The marker, dirty before the pass, is on the backing disk itself, past bcache's data offset.
+	got := g.sh(t, fmt.Sprintf("dd if=%s bs=4096 skip=%d count=1 iflag=direct status=none | md5sum | cut -d' ' -f1", hddA.ByID(), r.markerOffset/4096))
+	if got != r.markerMD5 {
+		t.Errorf("the backing disk holds %s where the marker (%s) was written before the pass: not written back", got, r.markerMD5)
+	}
+}
+
+// testPassFinishedInWritethrough: a pass that cannot write back what was dirty at its start (the
+// backing disk slowed to a few I/O a second) runs in writeback for its whole limit, no less, and
+// is then finished by the blocking flush in writethrough, after which the volume is in writeback
+// again: the last part of the bound on dirty data's age.
+func testPassFinishedInWritethrough(t *testing.T, g *guest) {
+	limit := time.Minute // the engine's pass limit for the script's 30-s period
+	// 2 MiB of scattered 4-KiB writes, 512 extents: at 3 I/O a second the backing disk writes
+	// back at most 180 in a minute. Its own rate comes back as soon as the pass escalates, so the
+	// blocking flush takes seconds, as it does when the writer alone keeps the volume dirty.
+	if err := g.vm.SetIOPS(g.ctx, hddA, 3); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			if err := g.vm.SetIOPS(g.ctx, hddA, 0); err != nil {
+				t.Fatal(err)
+			}
+			restored = true
+		}
+	}
+	defer restore()
+	r := g.runPass(t, 2, func(log string) {
+		if strings.Contains(log, "finishing it in writethrough") {
+			restore()
+		}
+	})
+	restore()
+	if len(r.starts) == 0 || len(r.escalated) == 0 || len(r.finished) == 0 {
+		t.Fatalf("want a pass started, escalated and finished in writethrough; log:\n%s", r.log)
 	}
 	// The pass that escalated: the last to start before the escalation.
-	pass := passStarts[0]
-	for _, p := range passStarts {
-		if p <= escalated[0] {
+	pass := r.starts[0]
+	for _, p := range r.starts {
+		if p <= r.escalated[0] {
 			pass = p
 		}
 	}
 	var firstWT, lastWT float64
-	for _, s := range samples {
+	for _, s := range r.samples {
 		if s.mode == "writethrough" {
 			if firstWT == 0 {
 				firstWT = s.at
@@ -490,25 +609,25 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 			lastWT = s.at
 		}
 	}
-	back := samples[len(samples)-1]
+	back := r.samples[len(r.samples)-1]
 	t.Logf("loop started at 0 s; pass started at %.1f s, escalated at %.1f s, finished in writethrough at %.1f s; writethrough sampled from %.1f s to %.1f s; last sample %s/%s",
-		pass-started, escalated[0]-started, finished[0]-started, firstWT-started, lastWT-started, back.mode, back.state)
+		pass-r.started, r.escalated[0]-r.started, r.finished[0]-r.started, firstWT-r.started, lastWT-r.started, back.mode, back.state)
 
-	if got := time.Duration((escalated[0] - pass) * float64(time.Second)); got < limit-time.Second || got > limit+3*interval+30*time.Second {
+	if got := time.Duration((r.escalated[0] - pass) * float64(time.Second)); got < limit-time.Second || got > limit+3*5*time.Second+30*time.Second {
 		t.Errorf("the pass was escalated %s after it started, want its limit %s (plus a round or three)", got.Round(time.Second), limit)
 	}
 	if firstWT == 0 {
 		t.Errorf("the volume was never seen in writethrough: the escalation's blocking flush did not run")
 	} else if firstWT < pass+limit.Seconds()-2 {
-		t.Errorf("writethrough at %.1f s, %.1f s into the pass: the pass must keep writeback for its limit %s", firstWT-started, firstWT-pass, limit)
+		t.Errorf("writethrough at %.1f s, %.1f s into the pass: the pass must keep writeback for its limit %s", firstWT-r.started, firstWT-pass, limit)
 	}
 	if back.mode != "writeback" {
 		t.Errorf("the volume is in %s after the pass was finished, want writeback again", back.mode)
 	}
 	// The writer went on throughout: in writethrough its writes leave nothing dirty, so the
-	// blocking flush ends in seconds.
+	// blocking flush writes back what the slowed disk left (a few hundred scattered blocks) in seconds.
 	if wt := lastWT - firstWT; wt > 60 {
-		t.Errorf("writethrough lasted %.0f s; the flush of a few dirty KiB should take seconds", wt)
+		t.Errorf("writethrough lasted %.0f s; the flush of a few hundred dirty blocks should take seconds", wt)
 	}
 	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
 		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)

@@ -298,7 +298,7 @@ func qemuArgs(c qemuConfig) []string {
 			// no TRIM, and code that checks discard support must see that.
 			args = append(args,
 				"-drive", drive,
-				"-device", "scsi-hd,bus=scsi0.0,drive="+id+",serial="+d.Serial+",rotation_rate=7200,discard_granularity=0")
+				"-device", "scsi-hd,id="+d.Serial+",bus=scsi0.0,drive="+id+",serial="+d.Serial+",rotation_rate=7200,discard_granularity=0")
 		}
 	}
 	return args

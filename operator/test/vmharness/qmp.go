@@ -19,6 +19,24 @@ func (vm *VM) SetNVMeCriticalWarning(ctx context.Context, serial string, value i
 	return vm.qmp(ctx, "qom-set", map[string]any{"path": "/machine/peripheral/" + serial, "property": "smart_critical_warning", "value": value})
 }
 
+// SetIOPS changes an HDD's cap on I/O a second while the guest runs, as a disk that slows down
+// would (its cap on bytes a second stays); 0 gives it its own cap back.
+func (vm *VM) SetIOPS(ctx context.Context, d Disk, iops int) error {
+	for _, vd := range vm.disks {
+		if vd.Serial == d.Serial {
+			d = vd
+		}
+	}
+	if d.Kind != HDD {
+		return fmt.Errorf("vmharness: %s is not an HDD", d.Serial)
+	}
+	if iops == 0 {
+		iops = d.IOPS
+	}
+	return vm.qmp(ctx, "block_set_io_throttle", map[string]any{"id": d.Serial,
+		"bps": max(d.BytesPerSec, 0), "bps_rd": 0, "bps_wr": 0, "iops": iops, "iops_rd": 0, "iops_wr": 0})
+}
+
 // qmp runs one QMP command on the running QEMU and waits for its answer.
 func (vm *VM) qmp(ctx context.Context, command string, arguments map[string]any) error {
 	s, err := dialQMP(ctx, vm.qmpSocket())
