@@ -23,7 +23,8 @@ var ErrNoBtreeDump = errors.New("no bcache btree dump in debugfs")
 // CacheExtent is where a dirty extent's data lies on the cache device: its pointer, in 512-byte
 // sectors. bcache never writes new data over a live extent: a write goes to fresh space, and a
 // bucket is reused only with its generation raised, so an extent with the same device, generation
-// and sectors is the same data, still not written back.
+// and sectors is the same data, still not written back. Only its copying garbage collector moves
+// dirty data (off unless turned on; DirtyExtents refuses to read while it is on).
 type CacheExtent struct {
 	Dev     uint64 `json:"dev"`
 	Gen     uint64 `json:"gen"`
@@ -35,6 +36,11 @@ type CacheExtent struct {
 // device with bcache id inode lies on the cache, sorted. It reads every key of the set (a fraction
 // of a second for tens of thousands of keys).
 func DirtyExtents(setUUID string, inode uint64) ([]CacheExtent, error) {
+	// Checked at every reading: with the copying garbage collector on, an extent gone from where
+	// it was may have been moved, still dirty, rather than written back.
+	if gc, err := ReadSysfs(filepath.Join(SysFsBcache, setUUID, "internal", "copy_gc_enabled")); err != nil || gc != "0" {
+		return nil, fmt.Errorf("cache set %s: copy_gc_enabled %q (%v): its copying garbage collector may move dirty extents", setUUID, gc, err)
+	}
 	f, err := os.Open(filepath.Join(DebugfsBcache, "bcache-"+setUUID))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, ErrNoBtreeDump

@@ -636,6 +636,11 @@ func cacheTunables(policy fcv1.ReplacementPolicy) []tunable {
 		// the node and its other volumes down.
 		{"set/errors", "unregister", choice("unregister")},
 		{"set/io_error_limit", cacheIOErrorLimit, exact(cacheIOErrorLimit)},
+		// bcache's copying garbage collector stays off, as the kernel leaves it: it moves dirty
+		// extents to other places on the cache, and a pass that reads where the extents dirty at
+		// its start lie (passSwept) would take one moved for one written back. A kernel without
+		// the knob has nothing to set.
+		{"set/internal/copy_gc_enabled", "0", func(have string) bool { return have == "0" || have == "" }},
 	}
 }
 

@@ -572,3 +572,20 @@ func TestPlanTurnsTheBackingDisksWritebackThrottlingOffByDefault(t *testing.T) {
 		}
 	}
 }
+
+// A flush pass tells an extent written back from one still dirty by where it lies on the cache;
+// bcache's copying garbage collector moves dirty extents, so it stays off, as the kernel leaves it.
+func TestPlanTurnsBcachesCopyingGarbageCollectorOff(t *testing.T) {
+	v := testVolume()
+	for have, want := range map[string]string{"1": "set-cache-tunable:set/internal/copy_gc_enabled", "0": "", "": ""} {
+		o := converged(v)
+		o.CacheKnobs["set/internal/copy_gc_enabled"] = have
+		steps, err := Plan(v, o, Desired{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kinds(steps); got != want {
+			t.Errorf("copy_gc_enabled %q: steps %q, want %q", have, got, want)
+		}
+	}
+}
