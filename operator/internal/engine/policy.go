@@ -505,8 +505,9 @@ func (e *Engine) forgetState(v Volume) error {
 
 // passExtents is the dirty extents of the volume, read once a pass has begun.
 type passExtents struct {
-	// PassStartedAt names the pass they were read for.
+	// PassStartedAt names the pass they were read for, CacheSet the cache set they lie on.
 	PassStartedAt time.Time `json:"passStartedAt"`
+	CacheSet      string    `json:"cacheSet"`
 	// ReadAt is when they were read: anything dirty then is in them.
 	ReadAt  time.Time              `json:"readAt"`
 	Extents []blockdev.CacheExtent `json:"extents"`
@@ -537,8 +538,8 @@ func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
 	if err == nil {
 		err = json.Unmarshal(b, &before)
 	}
-	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) {
-		before = passExtents{PassStartedAt: p.StartedAt, ReadAt: time.Now(), Extents: mergeExtents(now)}
+	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) || before.CacheSet != s.CacheSetUUID {
+		before = passExtents{PassStartedAt: p.StartedAt, CacheSet: s.CacheSetUUID, ReadAt: time.Now(), Extents: mergeExtents(now)}
 		b, err := json.Marshal(before)
 		if err == nil {
 			err = writeFileAtomically(e.passExtentsPath(v), b)
