@@ -29,7 +29,7 @@ func TestQemuArgsGiveEachDiskKindItsDevice(t *testing.T) {
 		"-drive if=none,id=disk0,format=raw,file=/work,,dir/disk-cache0.img,discard=unmap",
 		"-device nvme,id=cache0,drive=disk0,serial=cache0",
 		"-drive if=none,id=disk1,format=raw,file=/work,,dir/disk-slow0.img,throttling.iops-total=150,throttling.bps-total=157286400",
-		"-device scsi-hd,bus=scsi0.0,drive=disk1,serial=slow0,rotation_rate=7200,discard_granularity=0",
+		"-device scsi-hd,id=slow0,bus=scsi0.0,drive=disk1,serial=slow0,rotation_rate=7200,discard_granularity=0",
 		"-drive if=none,id=disk2,format=raw,file=/work,,dir/disk-slow1.img,throttling.bps-total=10485760 ",
 		"hostfwd=tcp:127.0.0.1:2222-:22",
 		"-accel tcg",
@@ -81,9 +81,9 @@ func TestVolatileHDDIsServedByNbdkitBehindTheSameDevice(t *testing.T) {
 	joined := strings.Join(args, " ")
 	for _, want := range []string{
 		"-drive if=none,id=disk0,driver=nbd,server.type=unix,server.path=/w,,d/nbd-honest0-cache.sock,throttling.iops-total=150,throttling.bps-total=157286400 ",
-		"-device scsi-hd,bus=scsi0.0,drive=disk0,serial=honest0,rotation_rate=7200,discard_granularity=0",
+		"-device scsi-hd,id=honest0,bus=scsi0.0,drive=disk0,serial=honest0,rotation_rate=7200,discard_granularity=0",
 		"-drive if=none,id=disk1,driver=nbd,server.type=unix,server.path=/w,,d/nbd-liar0-liar.sock,throttling.bps-total=157286400 ",
-		"-device scsi-hd,bus=scsi0.0,drive=disk1,serial=liar0,rotation_rate=7200,discard_granularity=0",
+		"-device scsi-hd,id=liar0,bus=scsi0.0,drive=disk1,serial=liar0,rotation_rate=7200,discard_granularity=0",
 	} {
 		if !strings.Contains(joined, want) {
 			t.Errorf("args lack %q:\n%s", want, joined)
