@@ -511,6 +511,11 @@ type passExtents struct {
 	// ReadAt is when they were read: anything dirty then is in them.
 	ReadAt  time.Time              `json:"readAt"`
 	Extents []blockdev.CacheExtent `json:"extents"`
+	// NoneLeftAt is when a reading first found none of them dirty. The pass ends only when the
+	// next reading agrees: the dump is read key by key while bcache works, and a piece of an
+	// extent that an overwrite split behind the reader's position is missed by that one reading,
+	// never by two that follow each other with nothing moving the piece.
+	NoneLeftAt time.Time `json:"noneLeftAt,omitzero"`
 }
 
 func (e *Engine) passExtentsPath(v Volume) string {
@@ -540,18 +545,33 @@ func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
 	}
 	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) || before.CacheSet != s.CacheSetUUID {
 		before = passExtents{PassStartedAt: p.StartedAt, CacheSet: s.CacheSetUUID, ReadAt: time.Now(), Extents: mergeExtents(now)}
-		b, err := json.Marshal(before)
-		if err == nil {
-			err = writeFileAtomically(e.passExtentsPath(v), b)
-		}
-		if err != nil {
-			e.Log.Info("flush pass: recording the extents dirty at its start", "volume", v.Name, "error", err.Error())
-		}
+		e.savePassExtents(v, &before)
 		return false
 	}
 	left := blockdev.StillDirty(before.Extents, now)
 	e.Log.V(1).Info("flush pass: extents dirty at its start still dirty", "volume", v.Name, "sectors", left)
-	return left == 0
+	if left == 0 && !before.NoneLeftAt.IsZero() {
+		return true
+	}
+	if (left == 0) != !before.NoneLeftAt.IsZero() {
+		before.NoneLeftAt = time.Time{}
+		if left == 0 {
+			before.NoneLeftAt = time.Now()
+		}
+		e.savePassExtents(v, &before)
+	}
+	return false
+}
+
+// savePassExtents records a pass's extents; a pass that cannot goes on until clean or its limit.
+func (e *Engine) savePassExtents(v Volume, pe *passExtents) {
+	b, err := json.Marshal(pe)
+	if err == nil {
+		err = writeFileAtomically(e.passExtentsPath(v), b)
+	}
+	if err != nil {
+		e.Log.Info("flush pass: recording the extents dirty at its start", "volume", v.Name, "error", err.Error())
+	}
 }
 
 // mergeExtents joins extents that follow each other on the cache: the initial copy and
