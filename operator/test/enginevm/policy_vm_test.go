@@ -407,15 +407,9 @@ func testWearWhileRunning(t *testing.T, g *guest) {
 	}
 }
 
-// escalationScript keeps a pass from ever getting the volume clean and follows what the loop
-// does about it. fio rewrites the blocks of a 64 KiB region 400 times a second: a block that
-// bcache writes back is usually written again before its write-back lands, so the volume stays
-// dirty, by a few KiB, for as long as the writer runs. The pass runs its limit in writeback;
-// then the loop finishes it with the blocking flush in writethrough, where new writes make no
-// dirty data, and restores writeback. It prints the loop's start time, then a sample a second:
-// time, cache mode, bcache's state.
 // passScript runs a flush loop over vol-a (flushPeriod 30s) under a steady writer: fio rewrites
-// the first 64 KiB 400 times a second, so bcache never reports the volume clean. Before the loop
+// the first 64 KiB 400 times a second (a block bcache writes back is usually written again
+// before its write-back lands), so bcache never reports the volume clean. Before the loop
 // starts, %[3]d MiB of 4-KiB writes scattered over 2 GiB and a 4-KiB marker at %[4]d MiB are
 // written once, so they are dirty when the first pass begins. It samples the cache mode and state
 // five times a second until the loop's log says a pass ended (done, or finished in writethrough)
