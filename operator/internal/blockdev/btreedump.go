@@ -2,6 +2,7 @@ package blockdev
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -85,23 +86,7 @@ func ParseDirtyExtents(r io.Reader, inode uint64) ([]CacheExtent, error) {
 }
 
 func compareExtents(a, b CacheExtent) int {
-	switch {
-	case a.Dev != b.Dev:
-		return cmpUint(a.Dev, b.Dev)
-	case a.Gen != b.Gen:
-		return cmpUint(a.Gen, b.Gen)
-	}
-	return cmpUint(a.Offset, b.Offset)
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
+	return cmp.Or(cmp.Compare(a.Dev, b.Dev), cmp.Compare(a.Gen, b.Gen), cmp.Compare(a.Offset, b.Offset))
 }
 
 func parseExtentKey(line string) (ext []CacheExtent, inode uint64, dirty bool, err error) {
