@@ -33,8 +33,13 @@ func (vm *VM) SetIOPS(ctx context.Context, d Disk, iops int) error {
 	if iops == 0 {
 		iops = d.IOPS
 	}
-	return vm.qmp(ctx, "block_set_io_throttle", map[string]any{"id": d.Serial,
-		"bps": max(d.BytesPerSec, 0), "bps_rd": 0, "bps_wr": 0, "iops": iops, "iops_rd": 0, "iops_wr": 0})
+	return vm.qmp(ctx, "block_set_io_throttle", ioThrottle(d, iops))
+}
+
+// ioThrottle is block_set_io_throttle's arguments for d: one bucket for reads and writes together,
+// as -drive's throttling.* options set at boot, with d's cap on bytes a second and iops.
+func ioThrottle(d Disk, iops int) map[string]any {
+	return map[string]any{"id": d.Serial, "bps": max(d.BytesPerSec, 0), "bps_rd": 0, "bps_wr": 0, "iops": max(iops, 0), "iops_rd": 0, "iops_wr": 0}
 }
 
 // qmp runs one QMP command on the running QEMU and waits for its answer.

@@ -343,8 +343,7 @@ func plugDisk(s *qmpSession, i int, d Disk, nbdSocket string, ports *int) error 
 		}
 		// The same throttling -drive's throttling.* options set at boot: on the device's block
 		// backend, one bucket for reads and writes together.
-		_, err := s.call("block_set_io_throttle", map[string]any{"id": d.Serial,
-			"bps": max(d.BytesPerSec, 0), "bps_rd": 0, "bps_wr": 0, "iops": max(d.IOPS, 0), "iops_rd": 0, "iops_wr": 0})
+		_, err := s.call("block_set_io_throttle", ioThrottle(d, d.IOPS))
 		return err
 	}
 	return fmt.Errorf("disk %s: unknown kind %v", d.Serial, d.Kind)
