@@ -206,24 +206,35 @@ stringData:
 				"for i in $(seq 600); do ls /sys/fs/bcache/ | grep -q -- - || [ -e /sys/block/$lun/bcache ] || break; "+
 				"[ -e /sys/block/$lun/bcache/dev ] || echo 1 > /sys/block/$lun/bcache/stop 2>/dev/null; sleep 0.1; done && "+
 				"! ls /sys/fs/bcache/ | grep -q -- - && [ ! -e /sys/block/$lun/bcache ] && udevadm settle && echo /dev/$cache")
-			lateRegistrar := `import os, sys, time
-def eraser(device):
-    # A wipefs erasing the device (not the --no-act look) comes after teardown's look.
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open("/proc/%s/cmdline" % pid, "rb") as f:
-                argv = [a.decode() for a in f.read().split(b"\0") if a]
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0]) == "wipefs" and "--all" in argv and os.path.realpath(argv[-1]) == device:
-            return pid
+			// Teardown's wipefs lives for 10 ms; a stand-in scanning /proc for it caught one only by
+			// chance, once after 30 s (a CI run's teardown timed out waiting). A wipefs first on root's
+			// PATH logs each run as it ends, so the stand-in sees every attempt, and runs under a
+			// lock the stand-in takes to let a device go and register it: no attempt in between.
+			wrapper := `#!/bin/sh
+exec 9>/run/wipefs.lock
+flock 9
+/usr/sbin/wipefs "$@"; rc=$?
+echo "$rc $*" >> /run/wipefs-runs.log
+exit $rc
+`
+			g.sh(t, "cat > /usr/local/sbin/wipefs <<'EOF'\n"+wrapper+"EOF\n"+
+				"chmod +x /usr/local/sbin/wipefs && : > /run/wipefs-runs.log && [ \"$(command -v wipefs)\" = /usr/local/sbin/wipefs ]")
+			defer g.sh(t, "rm -f /usr/local/sbin/wipefs /run/wipefs-runs.log /run/wipefs.lock")
+			lateRegistrar := `import fcntl, os, sys, time
+def failed_erasing(device):
+    # An erasing wipefs (not the --no-act look) that failed: teardown's own attempt on the held device.
+    with open("/run/wipefs-runs.log") as f:
+        for line in f:
+            rc, *argv = line.split()
+            if rc != "0" and "--all" in argv and os.path.realpath(argv[-1]) == device:
+                return True
 def wait(what, found):
     deadline = time.time() + 120
-    while not (value := found()):
+    while not found():
         if time.time() > deadline:
             sys.exit("no " + what + " in 120 s")
         time.sleep(0.02)
-    return value
+lock = open("/run/wipefs.lock", "w")
 held = []
 for device in map(os.path.realpath, sys.argv[1:]):
     for attempt in range(100):
@@ -236,12 +247,12 @@ for device in map(os.path.realpath, sys.argv[1:]):
         sys.exit(device + " stayed busy")
 print("held", flush=True)
 for fd, device in held:
-    pid = wait("wipefs erasing " + device, lambda: eraser(device))
-    # Let that attempt fail on the held device: released while it runs, it could open it.
-    wait("end of wipefs " + pid, lambda: not os.path.exists("/proc/" + pid))
+    wait("failed wipefs erasing " + device, lambda: failed_erasing(device))
+    fcntl.flock(lock, fcntl.LOCK_EX)
     os.close(fd)
     with open("/sys/fs/bcache/register_quiet", "w") as f:
         f.write(device)
+    fcntl.flock(lock, fcntl.LOCK_UN)
 `
 			g.sh(t, "cat > /root/late-registrar.py <<'EOF'\n"+lateRegistrar+"EOF\n"+
 				"setsid python3 /root/late-registrar.py "+san.LUNPath(0)+" "+cachePart+" >/root/late-registrar.log 2>&1 </dev/null & "+
