@@ -307,6 +307,14 @@ rows=$(sql "SELECT COUNT(*) FROM demo.orders")
 checksum=$(sql "CHECKSUM TABLE demo.orders" | cut -f2)
 note "demo.orders: $rows rows, checksum $checksum"
 check "$rows_wanted rows written" test "$rows" = "$rows_wanted"
+# A flush pass ends once the extents dirty at its start are on the HDD, which the agent reads in
+# bcache's btree dump (debugfs), through its /sys hostPath: the runtime must bind /sys with its
+# submounts. Without it a pass under load ends only by switching to writethrough.
+cache_set=$(guest "basename \$(readlink -f $bcache_sys/cache)")
+agent=$(k get pods -n flashcache-system -l app.kubernetes.io/component=agent --field-selector "spec.nodeName=$node" -o jsonpath='{.items[0].metadata.name}')
+btree_dump() { k exec -n flashcache-system "$agent" -c agent -- cat "/sys/kernel/debug/bcache/bcache-$cache_set" >"$work/btree-dump.txt"; }
+check "the agent's pod reads bcache's btree dump" btree_dump
+note "bcache's btree dump, read in the agent's pod: $(wc -l <"$work/btree-dump.txt") keys, $(grep -c ' dirty' "$work/btree-dump.txt" || true) dirty"
 
 step "MariaDB by claim: a StatefulSet on the flashcache-claims StorageClass, $replicas replica(s) on one pool"
 pool_field() { k get flashcachepool demo-pool -o jsonpath="{.status.$1}"; }
