@@ -535,7 +535,7 @@ check "the pool's space came back" wait_for 120 space_back
 note "demo-pool: $(pool_field volumes) volumes, $(pool_field allocatable) allocatable (was $(numfmt --to=iec-i --suffix=B "$allocatable_before"))"
 
 step "The agent's metrics, through the API server's pod proxy"
-agent=$(k get pods -n flashcache-system -l app.kubernetes.io/component=agent -o jsonpath='{.items[0].metadata.name}')
+# $agent is the node's agent pod found before the drain: a DaemonSet's pod is not evicted by it.
 k get --raw "/api/v1/namespaces/flashcache-system/pods/$agent:8090/proxy/metrics" >"$work/metrics.txt" || true
 grep -E '^flashcache_volume_(state|dirty_bytes|cache_hit_ratio_percent)' "$work/metrics.txt" | indent
 check "agent metrics scraped" grep -q '^flashcache_volume_state{state="clean",volume="mysql-data"} 1' "$work/metrics.txt"

@@ -341,8 +341,6 @@ func plugDisk(s *qmpSession, i int, d Disk, nbdSocket string, ports *int) error 
 		if d.IOPS <= 0 && d.BytesPerSec <= 0 {
 			return nil
 		}
-		// The same throttling -drive's throttling.* options set at boot: on the device's block
-		// backend, one bucket for reads and writes together.
 		_, err := s.call("block_set_io_throttle", ioThrottle(d, d.IOPS))
 		return err
 	}
