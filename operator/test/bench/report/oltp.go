@@ -10,13 +10,14 @@ import (
 // The configurations the targets and the ratio columns compare against, as the OLTP
 // benchmark names them.
 const (
-	flashcacheDefaults = "flashcache"
-	allFlash           = "all-flash"
-	bcacheStock        = "bcache-stock"
-	lvmcache           = "lvmcache"
-	dmWritecache       = "dm-writecache"
-	flashcacheFlushOff = "flashcache-flush-off"
-	hddOnly            = "hdd"
+	flashcacheDefaults  = "flashcache"
+	allFlash            = "all-flash"
+	bcacheStock         = "bcache-stock"
+	lvmcache            = "lvmcache"
+	dmWritecache        = "dm-writecache"
+	flashcacheFlushOff  = "flashcache-flush-off"
+	flashcacheUnbounded = "flashcache-unbounded"
+	hddOnly             = "hdd"
 )
 
 // oltpSummary is one configuration's runs and their medians; NaN where nothing was measured.
