@@ -232,7 +232,7 @@ func writeIntro(b *strings.Builder, in inputs) {
 	}
 	var when []string
 	if in.oltp != nil {
-		when = append(when, fmt.Sprintf("The OLTP benchmark started at %s and took %s.", orDash(in.oltp.Started), duration(in.oltp.Seconds)))
+		when = append(when, fmt.Sprintf("The OLTP benchmark started at %s; its sittings (a stopped benchmark resumes) took %s in all.", orDash(in.oltp.Started), duration(in.oltp.Seconds)))
 		// A benchmark resumed after a change to the code holds runs of more than one revision.
 		var revisions []string
 		for _, r := range in.oltp.Runs {
