@@ -44,6 +44,10 @@ const (
 	lvmWritecache
 )
 
+// unboundedSpec is flashcache-unbounded's spec lines, which its variants extend: no age bound,
+// and the initial copy around the cache, as stock bcache.
+const unboundedSpec = "  flushPeriod: 0s\n  cacheSequentialUntilFull: false\n"
+
 // volumeFile is where flashcache configurations keep their spec in the guest.
 const volumeFile = "/root/bench-volume.yaml"
 
@@ -200,20 +204,20 @@ func allStorages() []storage {
 		// not tell the bound's share, as its copy, cached dirty, met bcache's write cutoff. This one
 		// is flashcache without the bound and with the copy around the cache, as stock bcache's.
 		fc("flashcache-unbounded", "flushPeriod 0s and cacheSequentialUntilFull false: no age bound, and the initial copy around the cache, as stock bcache",
-			"  flushPeriod: 0s\n  cacheSequentialUntilFull: false\n"),
+			unboundedSpec),
 		// In flashcache-unbounded's bursts (fragmentation term, more than half the buckets dirty)
 		// 27-28% of the buckets were available, past bcache's write cutoff (70% in use): every write,
 		// InnoDB's redo log too, went through to the HDD behind hundreds of MB/s of writeback
 		// (stacks: mariadbd in xfs_file_dio_write_unaligned, results/README.md). bcache's own 10%
 		// threshold keeps its controller writing back steadily, as stock bcache's did.
 		fc("flashcache-unbounded-dirty-10", "flashcache-unbounded with dirtyThresholdPercent 10 (bcache's default)",
-			"  flushPeriod: 0s\n  cacheSequentialUntilFull: false\n  dirtyThresholdPercent: 10\n"),
+			unboundedSpec+"  dirtyThresholdPercent: 10\n"),
 		// Runs of these three before backingWritebackThrottling was the default had the kernel's
 		// wbt on the HDD: kept under their own names, so that later repetitions do not mix with them.
 		fc("flashcache-flush-off-wbt-kernel", "flashcache-flush-off with backingWritebackThrottling Kernel (as flashcache-flush-off ran before Disabled was the default)",
 			"  flushPeriod: 0s\n  backingWritebackThrottling: Kernel\n"),
 		fc("flashcache-unbounded-wbt-kernel", "flashcache-unbounded with backingWritebackThrottling Kernel (as flashcache-unbounded ran before Disabled was the default)",
-			"  flushPeriod: 0s\n  cacheSequentialUntilFull: false\n  backingWritebackThrottling: Kernel\n"),
+			unboundedSpec+"  backingWritebackThrottling: Kernel\n"),
 		withSetup(fc("flashcache-backing-wc-off-wbt-kernel", "flashcache-backing-wc-off with backingWritebackThrottling Kernel (as flashcache-backing-wc-off ran before Disabled was the default)", ""),
 			flashcacheSetupWith("", ", disableBackingWriteCache: true", "  backingWritebackThrottling: Kernel\n")),
 		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
