@@ -13,6 +13,8 @@ const (
 	// at full rate and passes every commit's flush to the backing disk (docs/benchmarks.md).
 	DefaultDirtyThresholdPercent int32 = 40
 	DefaultFlushPeriod                 = 5 * time.Minute
+	// DefaultFlushThrottle is Off until the long runs show Proportional keeps throughput steadier.
+	DefaultFlushThrottle               = FlushThrottleOff
 	DefaultSequentialCutoffBytes int64 = 4 << 20
 	DefaultReplacementPolicy           = ReplacementPolicyLRU
 	// DefaultBackingWritebackThrottling is Disabled: with wbt on, commits wait behind bcache's
@@ -62,6 +64,14 @@ func (s *FlashCacheVolumeSpec) EffectiveDirtyThresholdPercent() int32 {
 		return *p
 	}
 	return DefaultDirtyThresholdPercent
+}
+
+// EffectiveFlushThrottle is spec.flushThrottle, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveFlushThrottle() FlushThrottle {
+	if s.FlushThrottle == "" {
+		return DefaultFlushThrottle
+	}
+	return s.FlushThrottle
 }
 
 // EffectiveFlushPeriod is spec.flushPeriod, or its default; 0 is off.

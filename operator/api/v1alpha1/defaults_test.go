@@ -14,6 +14,7 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 		{"cacheDevice.overProvisionPercent", s.EffectiveOverProvisionPercent(), DefaultOverProvisionPercent},
 		{"dirtyThresholdPercent", s.EffectiveDirtyThresholdPercent(), DefaultDirtyThresholdPercent},
 		{"flushPeriod", s.EffectiveFlushPeriod(), DefaultFlushPeriod},
+		{"flushThrottle", s.EffectiveFlushThrottle(), DefaultFlushThrottle},
 		{"sequentialCutoff", s.EffectiveSequentialCutoffBytes(), DefaultSequentialCutoffBytes},
 		{"cacheSequentialUntilFull", s.EffectiveCacheSequentialUntilFull(), true},
 		{"replacementPolicy", s.EffectiveReplacementPolicy(), DefaultReplacementPolicy},

@@ -43,6 +43,21 @@ const (
 	WritebackThrottlingKernel WritebackThrottling = "Kernel"
 )
 
+// FlushThrottle is what a flush pass that falls behind does to the writers of the volume before
+// its limit.
+// +kubebuilder:validation:Enum=Off;Proportional
+type FlushThrottle string
+
+// Flush throttle settings.
+const (
+	// FlushThrottleOff leaves the writers alone: a pass still dirty at its limit is finished in
+	// writethrough, which slows them all at once.
+	FlushThrottleOff FlushThrottle = "Off"
+	// FlushThrottleProportional limits the writes to the volume (cgroup v2 io.max) in proportion
+	// as a pass lags, so that it ends in writeback.
+	FlushThrottleProportional FlushThrottle = "Proportional"
+)
+
 // SafetyPolicy says what happens when a device fails the durability checks.
 // +kubebuilder:validation:Enum=Enforce;Warn
 type SafetyPolicy string
@@ -337,6 +352,19 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$')",message="flushPeriod must be a duration such as 30s, 5m or 1h30m"
 	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) == duration('0s') || (duration(self) >= duration('10s') && duration(self) <= duration('24h'))",message="flushPeriod must be 0s (off) or between 10s and 24h"
 	FlushPeriod *metav1.Duration `json:"flushPeriod,omitempty"`
+
+	// flushThrottle is what a flush pass does when it falls behind: when the data dirty at its
+	// start is being written back too slowly to finish before its limit, Proportional limits the
+	// bytes a second that the cgroups writing to the volume may write to it (cgroup v2 io.max on
+	// the bcache device; reads are never limited), lowered as the pass lags and raised as it
+	// catches up, so the database slows a little for as long as needed rather than all at once
+	// when the pass is finished in writethrough, which stays as the backstop. Off (the default)
+	// leaves only that backstop. The limit lives in the kernel, not in the volume: the engine
+	// sets it again after a restart and removes it when the pass is no longer behind, the volume
+	// is clean, or at teardown.
+	// +optional
+	// +kubebuilder:default=Off
+	FlushThrottle FlushThrottle `json:"flushThrottle,omitempty"`
 
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
 	// +optional

@@ -120,7 +120,7 @@ func TestKubectlInstalledCRDIsClusterScopedWithShortNameAndColumns(t *testing.T)
 
 func TestKubectlExplainShowsDocumentedFields(t *testing.T) {
 	cases := map[string][]string{
-		"fcv.spec": {"nodeName", "cacheDevice", "backingDevice", "mode", "dirtyThresholdPercent", "flushPeriod",
+		"fcv.spec": {"nodeName", "cacheDevice", "backingDevice", "mode", "dirtyThresholdPercent", "flushPeriod", "flushThrottle",
 			"sequentialCutoff", "replacementPolicy", "volume", "safety", "wipe", "deletionPolicy",
 			"writeback_percent", "consent"},
 		"fcv.spec.cacheDevice":         {"path", "overProvisionPercent", "spare area", "/dev/disk/by-id/"},
@@ -188,6 +188,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"mode", s.Mode, fcv1.DefaultMode},
 		{"dirtyThresholdPercent", deref(s.DirtyThresholdPercent), fcv1.DefaultDirtyThresholdPercent},
 		{"flushPeriod", s.FlushPeriod.Duration, fcv1.DefaultFlushPeriod},
+		{"flushThrottle", s.FlushThrottle, fcv1.DefaultFlushThrottle},
 		{"sequentialCutoff", s.SequentialCutoff.Value(), fcv1.DefaultSequentialCutoffBytes},
 		{"cacheSequentialUntilFull", s.CacheSequentialUntilFull != nil && *s.CacheSequentialUntilFull, true},
 		{"replacementPolicy", s.ReplacementPolicy, fcv1.DefaultReplacementPolicy},
@@ -226,15 +227,16 @@ func TestValidVariantsAreAccepted(t *testing.T) {
 			"additionalPortals": []any{"[2001:db8::1]:3260", "san1-b.example.com"},
 			"chapSecretRef":     map[string]any{"name": "chap", "namespace": "flashcache-system"},
 		}, "spec", "backingDevice", "iscsi")},
-		"by-path devices":           {set("/dev/disk/by-path/pci-0000:01:00.0-nvme-1", "spec", "cacheDevice", "path"), set("/dev/disk/by-path/ip-192.0.2.10:3260-iscsi-iqn.2003-01.org.x:y-lun-0", "spec", "backingDevice", "path")},
-		"bounds":                    {set(int64(0), "spec", "cacheDevice", "overProvisionPercent"), set(int64(40), "spec", "dirtyThresholdPercent")},
-		"flush period off":          {set("0s", "spec", "flushPeriod")},
-		"flush period compound":     {set("1h30m", "spec", "flushPeriod")},
-		"cutoff zero as integer":    {set(int64(0), "spec", "sequentialCutoff")},
-		"smallest bucket, in bytes": {set(int64(4096), "spec", "cacheDevice", "bucketSize")},
-		"largest bucket":            {set("16Mi", "spec", "cacheDevice", "bucketSize")},
-		"block volume, writearound": {set("Block", "spec", "volume", "volumeMode"), set("writearound", "spec", "mode")},
-		"wipe consent":              {set(map[string]any{"cacheDevice": true, "backingDevice": true}, "spec", "wipe")},
+		"by-path devices":             {set("/dev/disk/by-path/pci-0000:01:00.0-nvme-1", "spec", "cacheDevice", "path"), set("/dev/disk/by-path/ip-192.0.2.10:3260-iscsi-iqn.2003-01.org.x:y-lun-0", "spec", "backingDevice", "path")},
+		"bounds":                      {set(int64(0), "spec", "cacheDevice", "overProvisionPercent"), set(int64(40), "spec", "dirtyThresholdPercent")},
+		"flush period off":            {set("0s", "spec", "flushPeriod")},
+		"flush period compound":       {set("1h30m", "spec", "flushPeriod")},
+		"proportional flush throttle": {set("Proportional", "spec", "flushThrottle")},
+		"cutoff zero as integer":      {set(int64(0), "spec", "sequentialCutoff")},
+		"smallest bucket, in bytes":   {set(int64(4096), "spec", "cacheDevice", "bucketSize")},
+		"largest bucket":              {set("16Mi", "spec", "cacheDevice", "bucketSize")},
+		"block volume, writearound":   {set("Block", "spec", "volume", "volumeMode"), set("writearound", "spec", "mode")},
+		"wipe consent":                {set(map[string]any{"cacheDevice": true, "backingDevice": true}, "spec", "wipe")},
 	}
 	ctx := context.Background()
 	i := 0
@@ -275,6 +277,7 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"flush period not a duration", set("soon", "spec", "flushPeriod"), "spec.flushPeriod", "duration such as"},
 		{"flush period too short", set("5s", "spec", "flushPeriod"), "spec.flushPeriod", "between 10s and 24h"},
 		{"flush period too long", set("48h", "spec", "flushPeriod"), "spec.flushPeriod", "between 10s and 24h"},
+		{"unknown flush throttle", set("Always", "spec", "flushThrottle"), "spec.flushThrottle", "supported values"},
 		{"wear check interval not a duration", set("hourly", "spec", "safety", "wearCheckInterval"), "spec.safety.wearCheckInterval", "duration such as"},
 		{"wear check interval too long", set("720h", "spec", "safety", "wearCheckInterval"), "spec.safety.wearCheckInterval", "between 10s and 168h"},
 		{"sequential cutoff fractional", set("1.5", "spec", "sequentialCutoff"), "spec.sequentialCutoff", "whole number of bytes"},

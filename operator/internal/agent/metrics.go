@@ -11,13 +11,13 @@ import (
 
 // Metrics are the agent's Prometheus series, one set per volume of the node.
 type Metrics struct {
-	dirty, dirtyAge, bypassed, writebackRate        *prometheus.GaugeVec
-	flushRemaining                                  *prometheus.GaugeVec
-	hitRatio, available, wear, flushing, passActive *prometheus.GaugeVec
-	state, ioErrors                                 *prometheus.GaugeVec
-	flushPeriod, maxWear, verdict, writebackRefused *prometheus.GaugeVec
-	errors, runs                                    *prometheus.CounterVec
-	commands, commandSeconds                        *prometheus.CounterVec
+	dirty, dirtyAge, bypassed, writebackRate                    *prometheus.GaugeVec
+	flushRemaining                                              *prometheus.GaugeVec
+	hitRatio, available, wear, flushing, passActive, writeLimit *prometheus.GaugeVec
+	state, ioErrors                                             *prometheus.GaugeVec
+	flushPeriod, maxWear, verdict, writebackRefused             *prometheus.GaugeVec
+	errors, runs                                                *prometheus.CounterVec
+	commands, commandSeconds                                    *prometheus.CounterVec
 }
 
 // verdicts are the durability check's verdicts; one series each, 1 for the volume's current one.
@@ -46,6 +46,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		flushing:       gauge("volume_flushing", "1 while a blocking flush runs."),
 		flushRemaining: gauge("volume_flush_remaining_bytes", "Dirty data a running blocking flush has still to write."),
 		passActive:     gauge("volume_flush_pass_active", "1 while a flush pass (every half flushPeriod, or asked for) writes back in writeback mode."),
+		writeLimit:     gauge("volume_write_limit_bytes", "The limit on the volume's writers, in bytes a second, set while flush passes lag (spec.flushThrottle Proportional); 0 for none."),
 		ioErrors: gauge("volume_io_errors", "I/O errors bcache counted on the volume's cache or backing device since it registered it; "+
 			"at 8 (cache) or 64 (backing) it gives the device up.", "device"),
 		flushPeriod: gauge("volume_flush_period_seconds", "The spec's flushPeriod: dirty data older than this breaks its promise (0: no periodic flush)."),
@@ -136,6 +137,7 @@ func (m *Metrics) Pass(volume string, p *engine.PassReport) {
 		return
 	}
 	m.passActive.WithLabelValues(volume).Set(boolGauge(p.Active))
+	m.writeLimit.WithLabelValues(volume).Set(float64(p.WriteLimitBytes))
 }
 
 // FlushProgress records the dirty data a running flush still has to write.
@@ -158,7 +160,7 @@ func (m *Metrics) Forget(volume string) {
 		return
 	}
 	for _, g := range []*prometheus.GaugeVec{m.dirty, m.dirtyAge, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear,
-		m.flushing, m.flushRemaining, m.passActive, m.ioErrors, m.flushPeriod, m.maxWear, m.verdict, m.writebackRefused} {
+		m.flushing, m.flushRemaining, m.passActive, m.writeLimit, m.ioErrors, m.flushPeriod, m.maxWear, m.verdict, m.writebackRefused} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})

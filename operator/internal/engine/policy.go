@@ -48,6 +48,9 @@ type State struct {
 	// CleanSeenAt is the last time the volume was seen clean, to cleanSeenResolution: nothing
 	// dirty now is older, which is what Status.DirtySince reports.
 	CleanSeenAt time.Time `json:"cleanSeenAt,omitzero"`
+	// Throttle is the write limit set on the volume's writers under spec.flushThrottle
+	// Proportional, kept across passes: under a steady load the next pass needs it too.
+	Throttle *WriteThrottle `json:"throttle,omitempty"`
 }
 
 // cleanSeenResolution is how often a clean volume's CleanSeenAt is saved: once a minute rather
@@ -99,6 +102,9 @@ type PassReport struct {
 	Elapsed                  time.Duration `json:"elapsed,omitempty"`
 	DirtyAtStart             int64         `json:"dirtyAtStart,omitempty"`
 	WritethroughFlushSeconds float64       `json:"writethroughFlushSeconds,omitempty"`
+	// WriteLimitBytes is the limit on the volume's writers after this run, in bytes a second
+	// (spec.flushThrottle Proportional); 0 for none.
+	WriteLimitBytes int64 `json:"writeLimitBytes,omitempty"`
 }
 
 // Converge is one run of everything the engine owns for a volume at now: Apply (build or adopt,
@@ -145,9 +151,10 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if st.noteClean(dirty, now) {
 		stateChanged = true
 	}
-	swept := false
+	swept, sweep := false, sweepReading{now: now, swept: -1}
 	if st.Pass != nil && dirty && inWriteback {
-		swept = e.passSwept(v, st.Pass, res.Status)
+		swept, sweep.swept = e.passSwept(v, st.Pass, res.Status)
+		sweep.pass, sweep.deadline = st.Pass, st.Pass.StartedAt.Add(time.Duration(passSweepShare*float64(passLimit(v.Spec.EffectiveFlushPeriod()))))
 	}
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
@@ -217,7 +224,14 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			return res, pr, err
 		}
 	}
-	if stateChanged {
+	if !pr.Active {
+		sweep.pass = nil
+	}
+	hadLimit := st.Throttle != nil
+	if pr.WriteLimitBytes, err = e.throttleWrites(v, st, res.Status, sweep, pr.FinishedInWritethrough); err != nil {
+		res.Warnings = append(res.Warnings, fmt.Sprintf("flush throttle: %v", err))
+	}
+	if stateChanged || hadLimit || st.Throttle != nil {
 		if err := e.saveState(v, st); err != nil {
 			return res, pr, err
 		}
@@ -527,16 +541,18 @@ func (e *Engine) passExtentsPath(v Volume) string {
 // before is dirty then, or written back already) and says no. Without the dump (debugfs not
 // there) or with one it cannot read, it says no, and the pass ends as before: clean, or in
 // writethrough at its limit.
-func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
+//
+// It also says what share of the sectors of those extents is no longer dirty, -1 when it cannot.
+func (e *Engine) passSwept(v Volume, p *PassState, s *Status) (bool, float64) {
 	inode, err := blockdev.BackingInode(s.CacheSetUUID, s.Device)
 	if err != nil {
 		e.Log.V(1).Info("flush pass: no bcache id for the backing device; the pass ends when clean", "volume", v.Name, "error", err.Error())
-		return false
+		return false, -1
 	}
 	now, err := blockdev.DirtyExtents(s.CacheSetUUID, inode)
 	if err != nil {
 		e.Log.V(1).Info("flush pass: no btree dump to read; the pass ends when clean", "volume", v.Name, "error", err.Error())
-		return false
+		return false, -1
 	}
 	var before passExtents
 	b, err := os.ReadFile(e.passExtentsPath(v))
@@ -546,12 +562,20 @@ func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
 	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) || before.CacheSet != s.CacheSetUUID {
 		before = passExtents{PassStartedAt: p.StartedAt, CacheSet: s.CacheSetUUID, ReadAt: time.Now(), Extents: mergeExtents(now)}
 		e.savePassExtents(v, &before)
-		return false
+		return false, 0
 	}
 	left := blockdev.StillDirty(before.Extents, now)
-	e.Log.V(1).Info("flush pass: extents dirty at its start still dirty", "volume", v.Name, "sectors", left)
+	var total uint64
+	for _, x := range before.Extents {
+		total += x.Sectors
+	}
+	swept := 1.0
+	if total > 0 {
+		swept = 1 - float64(left)/float64(total)
+	}
+	e.Log.V(1).Info("flush pass: extents dirty at its start still dirty", "volume", v.Name, "sectors", left, "of", total)
 	if left == 0 && !before.NoneLeftAt.IsZero() {
-		return true
+		return true, swept
 	}
 	if (left == 0) != !before.NoneLeftAt.IsZero() {
 		before.NoneLeftAt = time.Time{}
@@ -560,7 +584,7 @@ func (e *Engine) passSwept(v Volume, p *PassState, s *Status) bool {
 		}
 		e.savePassExtents(v, &before)
 	}
-	return false
+	return false, swept
 }
 
 // savePassExtents records a pass's extents; a pass that cannot goes on until clean or its limit.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,6 +58,13 @@ func (e *Engine) Teardown(ctx context.Context, v Volume, flushTimeout time.Durat
 	if len(o.BackingMounts) > 0 || (o.BackingReg != nil && o.BackingReg.Device != "" && mountedDevice(o.BackingReg.Device)) {
 		return res, &Refusal{Reason: ReasonMounted, Field: "backingDevice.path",
 			Message: "the volume is in use (mounted); unmount it before teardown"}
+	}
+	if st, err := e.loadState(v); err == nil && st.Throttle != nil && len(st.Throttle.Cgroups) > 0 {
+		t := st.Throttle
+		if err := e.liftWriteLimit(v, st); err != nil {
+			return res, err
+		}
+		res.Steps = append(res.Steps, "lifted the write limit on "+t.Device+" from cgroups "+strings.Join(slices.Sorted(maps.Keys(t.Cgroups)), ", "))
 	}
 
 	if lost != nil {

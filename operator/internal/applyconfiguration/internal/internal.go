@@ -227,6 +227,10 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration
       default: 5m
+    - name: flushThrottle
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FlushThrottle
+      default: false
     - name: mode
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheMode
@@ -297,6 +301,8 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: safety
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.SafetyStatus
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.FlushThrottle
+  scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.ISCSISource
   map:
     fields:

@@ -39,6 +39,16 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// within one period (half a period and a minute, for periods under 2m); a pass still dirty
 	// then is finished in writethrough. 0s turns time-based flushing off.
 	FlushPeriod *v1.Duration `json:"flushPeriod,omitempty"`
+	// flushThrottle is what a flush pass does when it falls behind: when the data dirty at its
+	// start is being written back too slowly to finish before its limit, Proportional limits the
+	// bytes a second that the cgroups writing to the volume may write to it (cgroup v2 io.max on
+	// the bcache device; reads are never limited), lowered as the pass lags and raised as it
+	// catches up, so the database slows a little for as long as needed rather than all at once
+	// when the pass is finished in writethrough, which stays as the backstop. Off (the default)
+	// leaves only that backstop. The limit lives in the kernel, not in the volume: the engine
+	// sets it again after a restart and removes it when the pass is no longer behind, the volume
+	// is clean, or at teardown.
+	FlushThrottle *apiv1alpha1.FlushThrottle `json:"flushThrottle,omitempty"`
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.
 	SequentialCutoff *resource.Quantity `json:"sequentialCutoff,omitempty"`
 	// cacheSequentialUntilFull caches sequential I/O as well while more than 10% of the cache
@@ -129,6 +139,14 @@ func (b *FlashCacheVolumeSpecApplyConfiguration) WithDirtyThresholdPercent(value
 // If called multiple times, the FlushPeriod field is set to the value of the last call.
 func (b *FlashCacheVolumeSpecApplyConfiguration) WithFlushPeriod(value v1.Duration) *FlashCacheVolumeSpecApplyConfiguration {
 	b.FlushPeriod = &value
+	return b
+}
+
+// WithFlushThrottle sets the FlushThrottle field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the FlushThrottle field is set to the value of the last call.
+func (b *FlashCacheVolumeSpecApplyConfiguration) WithFlushThrottle(value apiv1alpha1.FlushThrottle) *FlashCacheVolumeSpecApplyConfiguration {
+	b.FlushThrottle = &value
 	return b
 }
 

@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"time"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
+)
+
+// A pass that cannot write back what was dirty at its start before its limit is finished in
+// writethrough, and the database then runs at the backing disk's pace, all at once, for as long
+// as that flush takes. Under spec.flushThrottle Proportional the engine sees it coming: every
+// run it compares the share of the start extents written back with the share of the pass's time
+// gone, and when the sweep lags it limits the bytes a second that the volume's writers may write
+// (blockdev.SetWriteLimit), a little more each run it still lags and a little less each run it
+// is ahead. Fewer new dirty extents then land ahead of bcache's writeback, which works through
+// the index in key order, and the sweep reaches the end of the start extents sooner. The
+// writethrough finish stays, for a pass the limit could not save.
+
+// WriteThrottle is the write limit on a volume's writers and what the engine read to size it.
+type WriteThrottle struct {
+	// BytesPerSecond is the limit on all the volume's writers together; 0 when none is set.
+	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
+	// Unthrottled is the write rate when the limit was first set: the limit is lifted once a
+	// pass ahead of its time raises it that high.
+	Unthrottled int64 `json:"unthrottled,omitempty"`
+	// Device is the major:minor the limit is set for, and Cgroups the top-level cgroups it is
+	// set on, with each one's part.
+	Device  string           `json:"device,omitempty"`
+	Cgroups map[string]int64 `json:"cgroups,omitempty"`
+
+	// ReadAt is the last reading: the bytes written to the device and by each cgroup until then,
+	// the pass it belonged to, the share of that pass's start extents written back, and the
+	// smoothed rate at which that share grew, per second.
+	ReadAt        time.Time        `json:"readAt,omitzero"`
+	WrittenBytes  int64            `json:"writtenBytes,omitempty"`
+	CgroupWrites  map[string]int64 `json:"cgroupWrites,omitempty"`
+	PassStartedAt time.Time        `json:"passStartedAt,omitzero"`
+	Swept         float64          `json:"swept,omitempty"`
+	SweepRate     float64          `json:"sweepRate,omitempty"`
+}
+
+const (
+	// writeLimitFloor is the least the limit goes to: the writethrough finish it stands in for
+	// lets a database write about as much, at the backing disk's pace.
+	writeLimitFloor = 1 << 20
+	// passSweepShare is the part of the pass's limit by which the throttle aims to have swept
+	// the start extents, leaving the rest for the sweep's lumps.
+	passSweepShare = 0.85
+	// Behind when the sweep goes at less than sweepBehind of the rate it needs, ahead above
+	// sweepAhead; in between the limit holds.
+	sweepBehind = 0.9
+	sweepAhead  = 1.2
+	// A limit moves by at most these factors a run, so one lumpy reading of the sweep neither
+	// starves the database nor lets the pass slip.
+	limitDownMost, limitDownLeast = 0.7, 0.9
+	limitUpLeast, limitUpMost     = 1.1, 1.3
+	// writethroughFinishCut is how the limit is cut when a pass had to be finished in
+	// writethrough all the same.
+	writethroughFinishCut = 0.7
+)
+
+// sweepReading is what one run saw of the volume for the throttle.
+type sweepReading struct {
+	now          time.Time
+	writtenBytes int64
+	// pass is the pass under way, nil for none; swept is the share of its start extents written
+	// back, -1 when unknown (no btree dump, or the first run of the pass).
+	pass     *PassState
+	deadline time.Time
+	swept    float64
+}
+
+// nextWriteLimit records the reading r and returns the limit on all writers together that it
+// calls for, 0 for none.
+func (t *WriteThrottle) nextWriteLimit(r sweepReading) int64 {
+	dt := r.now.Sub(t.ReadAt).Seconds()
+	writeRate := 0.0
+	known := !t.ReadAt.IsZero() && dt > 0 && r.writtenBytes >= t.WrittenBytes
+	if known {
+		writeRate = float64(r.writtenBytes-t.WrittenBytes) / dt
+	}
+	t.ReadAt, t.WrittenBytes = r.now, r.writtenBytes
+	limit := t.BytesPerSecond
+	if r.pass == nil || r.swept < 0 {
+		// Between passes the limit holds: under a steady load the next pass needs it too.
+		t.PassStartedAt, t.Swept, t.SweepRate = time.Time{}, 0, 0
+		return limit
+	}
+	if !r.pass.StartedAt.Equal(t.PassStartedAt) || !known {
+		t.PassStartedAt, t.Swept, t.SweepRate = r.pass.StartedAt, r.swept, 0
+		return limit
+	}
+	rate := (r.swept - t.Swept) / dt
+	if t.SweepRate > 0 {
+		rate = (rate + t.SweepRate) / 2
+	}
+	t.Swept, t.SweepRate = r.swept, max(rate, 0)
+	left := max(r.deadline.Sub(r.now), 10*time.Second).Seconds()
+	need := (1 - r.swept) / left
+	if need <= 0 {
+		return limit
+	}
+	pace := t.SweepRate / need
+	switch {
+	case pace < sweepBehind:
+		base := float64(limit)
+		if limit == 0 {
+			if writeRate < writeLimitFloor {
+				// Too little is written for a limit to make room.
+				return 0
+			}
+			base, t.Unthrottled = writeRate, int64(writeRate)
+		}
+		return max(int64(base*clamp(pace, limitDownMost, limitDownLeast)), writeLimitFloor)
+	case pace > sweepAhead && limit > 0:
+		raised := int64(float64(limit) * clamp(pace, limitUpLeast, limitUpMost))
+		if raised >= t.Unthrottled {
+			return 0
+		}
+		return raised
+	}
+	return limit
+}
+
+func clamp(x, lo, hi float64) float64 { return math.Min(math.Max(x, lo), hi) }
+
+// afterWritethroughFinish is the limit to keep after a pass was finished in writethrough: lower
+// than the one that did not save it, so the next pass starts further ahead.
+func (t *WriteThrottle) afterWritethroughFinish() int64 {
+	if t.BytesPerSecond == 0 {
+		return 0
+	}
+	return max(int64(float64(t.BytesPerSecond)*writethroughFinishCut), writeLimitFloor)
+}
+
+// throttleWrites sizes the volume's write limit from this run's reading and sets it on the
+// cgroups that write to the device, in proportion to what each wrote since the last run. A
+// volume whose spec does not ask for it, that is clean with no pass under way, or that left
+// writeback has its limit lifted.
+func (e *Engine) throttleWrites(v Volume, st *State, s *Status, r sweepReading, finishedInWritethrough bool) (int64, error) {
+	off := v.Spec.EffectiveFlushThrottle() != fcv1.FlushThrottleProportional ||
+		s == nil || s.Device == "" || (r.pass == nil && !s.Dirty()) ||
+		s.CacheMode != string(fcv1.CacheModeWriteback) || s.Held
+	if off {
+		return 0, e.liftWriteLimit(v, st)
+	}
+	dev, err := blockdev.DeviceNumber(s.Device)
+	if err != nil {
+		return 0, err
+	}
+	if st.Throttle != nil && st.Throttle.Device != dev {
+		// The device was made again under another number: its old limits went with it.
+		st.Throttle = nil
+	}
+	if st.Throttle == nil {
+		st.Throttle = &WriteThrottle{Device: dev}
+	}
+	t := st.Throttle
+	if r.writtenBytes, err = blockdev.WrittenBytes(s.Device); err != nil {
+		return t.BytesPerSecond, err
+	}
+	limit := t.nextWriteLimit(r)
+	if finishedInWritethrough {
+		limit = t.afterWritethroughFinish()
+	}
+	if err := blockdev.EnableIOController(); err != nil {
+		return 0, err
+	}
+	writes, err := blockdev.CgroupWrites(dev)
+	if err != nil {
+		return t.BytesPerSecond, err
+	}
+	parts := limitParts(limit, t.CgroupWrites, writes)
+	t.CgroupWrites = writes
+	if limit != t.BytesPerSecond {
+		e.Log.Info("flush pass: write limit", "volume", v.Name, "bytesPerSecond", limit, "was", t.BytesPerSecond,
+			"swept", t.Swept, "sweepRate", t.SweepRate, "cgroups", parts)
+	}
+	var errs []error
+	for _, cg := range slices.Sorted(maps.Keys(t.Cgroups)) {
+		if _, ok := parts[cg]; !ok {
+			errs = append(errs, blockdev.SetWriteLimit(cg, dev, 0))
+		}
+	}
+	for cg, bps := range parts {
+		// Written again each run, and only on a change worth making: systemd may have turned
+		// the io controller off and on meanwhile, which drops the limit, and a small change
+		// rewritten every run would restart what blk-throttle already let through.
+		if have, err := blockdev.WriteLimit(cg, dev); err == nil && have > 0 && math.Abs(float64(have-bps)) <= 0.1*float64(bps) {
+			continue
+		}
+		errs = append(errs, blockdev.SetWriteLimit(cg, dev, bps))
+	}
+	t.BytesPerSecond, t.Cgroups = limit, parts
+	if err := errors.Join(errs...); err != nil {
+		return limit, fmt.Errorf("setting the write limit: %w", err)
+	}
+	return limit, nil
+}
+
+// limitParts splits limit among the cgroups that wrote at least a hundredth of what was written
+// to the device since the last reading, in proportion to what each wrote; none when limit is 0.
+func limitParts(limit int64, before, now map[string]int64) map[string]int64 {
+	if limit <= 0 {
+		return nil
+	}
+	deltas, total := map[string]int64{}, int64(0)
+	for cg, n := range now {
+		if d := n - before[cg]; d > 0 {
+			deltas[cg], total = d, total+d
+		}
+	}
+	parts := map[string]int64{}
+	for cg, d := range deltas {
+		if d*100 < total {
+			// Next to nothing: a limit there would make no room.
+			continue
+		}
+		parts[cg] = max(limit*d/total, writeLimitFloor)
+	}
+	return parts
+}
+
+// liftWriteLimit removes the volume's write limit from every cgroup it was set on.
+func (e *Engine) liftWriteLimit(v Volume, st *State) error {
+	t := st.Throttle
+	if t == nil {
+		return nil
+	}
+	var errs []error
+	for cg := range t.Cgroups {
+		errs = append(errs, blockdev.SetWriteLimit(cg, t.Device, 0))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("lifting the write limit: %w", err)
+	}
+	if t.BytesPerSecond > 0 {
+		e.Log.Info("flush pass: write limit lifted", "volume", v.Name, "was", t.BytesPerSecond)
+	}
+	st.Throttle = nil
+	return nil
+}

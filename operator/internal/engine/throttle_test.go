@@ -1,0 +1,98 @@
+package engine
+
+import (
+	"testing"
+	"time"
+)
+
+// feed runs the throttle over readings every 10 s of a pass that started at t0 and must sweep by
+// t0+deadline, with the writers writing writeRate bytes a second, and returns the limits.
+func feed(t *WriteThrottle, pass *PassState, deadline time.Duration, writeRate int64, swept []float64) []int64 {
+	var limits []int64
+	written := int64(0)
+	for i, s := range swept {
+		now := pass.StartedAt.Add(time.Duration(i+1) * 10 * time.Second)
+		written += writeRate * 10
+		limit := t.nextWriteLimit(sweepReading{now: now, writtenBytes: written, pass: pass, deadline: pass.StartedAt.Add(deadline), swept: s})
+		t.BytesPerSecond = limit
+		limits = append(limits, limit)
+	}
+	return limits
+}
+
+func TestWriteLimitFallsWhileTheSweepLagsAndLiftsWhenAhead(t *testing.T) {
+	pass := &PassState{Reason: PassFlushPeriod, StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	th := &WriteThrottle{}
+	// 100 s to the deadline; 2% a run is a fifth of the pace needed.
+	limits := feed(th, pass, 100*time.Second, 8<<20, []float64{0, 0.02, 0.04, 0.06})
+	if limits[0] != 0 {
+		t.Fatalf("a limit from one reading of the sweep: %v", limits)
+	}
+	if limits[1] == 0 || limits[1] >= 8<<20 || limits[2] >= limits[1] || limits[3] >= limits[2] {
+		t.Fatalf("the limit did not fall below the write rate while the sweep lagged: %v", limits)
+	}
+	if down := limitDownMost; limits[1] < int64(down*float64(8<<20))-1 {
+		t.Fatalf("the first limit fell further than a run's step: %d", limits[1])
+	}
+	if th.Unthrottled != 8<<20 {
+		t.Fatalf("unthrottled rate %d, want the write rate before the limit", th.Unthrottled)
+	}
+	// The sweep then runs well ahead: the limit rises, then is lifted.
+	more := feed(&WriteThrottle{BytesPerSecond: limits[3], Unthrottled: th.Unthrottled}, pass, 100*time.Second, 4<<20,
+		[]float64{0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.999, 0.9999, 0.99999})
+	if more[0] != limits[3] {
+		t.Fatalf("the first reading of a restarted engine moved the limit: %v", more)
+	}
+	if more[2] <= limits[3] {
+		t.Fatalf("the limit did not rise with the sweep ahead: %v", more)
+	}
+	if more[len(more)-1] != 0 {
+		t.Fatalf("the limit was not lifted with the sweep well ahead: %v", more)
+	}
+}
+
+func TestWriteLimitHoldsOnPaceAndBetweenPasses(t *testing.T) {
+	pass := &PassState{Reason: PassFlushPeriod, StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	th := &WriteThrottle{BytesPerSecond: 4 << 20, Unthrottled: 8 << 20}
+	// 10% a run, 100 s to the deadline: exactly on pace.
+	limits := feed(th, pass, 100*time.Second, 4<<20, []float64{0.1, 0.2, 0.3, 0.4})
+	for _, l := range limits {
+		if l != 4<<20 {
+			t.Fatalf("the limit moved on pace: %v", limits)
+		}
+	}
+	if l := th.nextWriteLimit(sweepReading{now: pass.StartedAt.Add(time.Minute), writtenBytes: 1 << 30, swept: -1}); l != 4<<20 {
+		t.Fatalf("between passes the limit became %d", l)
+	}
+}
+
+func TestNoLimitForAFewWrites(t *testing.T) {
+	pass := &PassState{Reason: PassFlushPeriod, StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	if limits := feed(&WriteThrottle{}, pass, 100*time.Second, writeLimitFloor/2, []float64{0, 0, 0, 0}); limits[3] != 0 {
+		t.Fatalf("a limit on writers below the floor: %v", limits)
+	}
+}
+
+func TestWriteLimitAfterAWritethroughFinish(t *testing.T) {
+	cut := writethroughFinishCut
+	if got := (&WriteThrottle{BytesPerSecond: 10 << 20}).afterWritethroughFinish(); got != int64(cut*float64(10<<20)) {
+		t.Errorf("got %d", got)
+	}
+	if got := (&WriteThrottle{}).afterWritethroughFinish(); got != 0 {
+		t.Errorf("no limit before: got %d", got)
+	}
+}
+
+func TestLimitPartsFollowWhatEachCgroupWrote(t *testing.T) {
+	parts := limitParts(8<<20, map[string]int64{"kubepods.slice": 100, "system.slice": 50},
+		map[string]int64{"kubepods.slice": 100 + 3<<20, "system.slice": 50 + 1<<20, "user.slice": 7})
+	if near := func(a, b int64) bool { return a > b-b/1000 && a < b+b/1000 }; !near(parts["kubepods.slice"], 6<<20) || !near(parts["system.slice"], 2<<20) {
+		t.Errorf("parts %v", parts)
+	}
+	if _, ok := parts["user.slice"]; ok {
+		t.Errorf("a limit on a cgroup that wrote next to nothing: %v", parts)
+	}
+	if limitParts(0, nil, map[string]int64{"a": 1}) != nil {
+		t.Error("parts of no limit")
+	}
+}
