@@ -223,6 +223,7 @@ func allStorages() []storage {
 		fc("flashcache-flush-30s", "defaults with a time-based flush every 30 s", "  flushPeriod: 30s\n"),
 		fc("flashcache-dirty-1", "defaults with dirtyThresholdPercent 1 (writeback starts early)", "  dirtyThresholdPercent: 1\n"),
 		fc("flashcache-dirty-10", "defaults with dirtyThresholdPercent 10 (bcache's default, and the old one)", "  dirtyThresholdPercent: 10\n"),
+		fc("flashcache-throttle", "defaults with flushThrottle Proportional: a write limit on MariaDB while a flush pass lags, instead of the writethrough finish", "  flushThrottle: Proportional\n"),
 		fc("flashcache-cutoff-4m", "cacheSequentialUntilFull false: the 4 MiB cutoff from the start, so the initial copy goes around the cache (the old default)",
 			"  cacheSequentialUntilFull: false\n"),
 		fc("flashcache-fifo", "defaults with replacementPolicy fifo (bcache's lru is the default)", "  replacementPolicy: fifo\n"),
@@ -281,7 +282,7 @@ func withAfterApply(s storage, script string) storage {
 // fitting set also the HDD's volatile cache off, which let commits go on through a pass there.
 var defaultConfigs = map[string][]string{
 	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-no-debugfs", "flashcache-wbt-kernel", "flashcache-flush-off", "flashcache-unbounded", "flashcache-unbounded-dirty-10", "flashcache-backing-wc-off", "flashcache-flush-30s",
-		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
+		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-throttle", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
 	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "bcache-stock-bucket-64k", "flashcache", "flashcache-no-debugfs", "flashcache-wbt-kernel", "flashcache-bucket-64k", "flashcache-spare-0", "flashcache-flush-off", "flashcache-fragment-off",
 		"flashcache-cutoff-4m", "flashcache-fifo", "flashcache-congestion-off", "lvmcache", "dm-writecache"},
 }

@@ -269,9 +269,22 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 			return run, fmt.Errorf("start the dirty-age sampler: %w", err)
 		}
 	}
+	logFrom := int64(0)
+	if s.kind == flashcache {
+		if logFrom, err = g.bytesFrom(ctx, "", "wc -l </var/log/flashcache-run.log"); err != nil {
+			return run, fmt.Errorf("flush loop's log: %w", err)
+		}
+	}
 	out, err := g.script(ctx, fmt.Sprintf("%s --time=%d --report-interval=10 --percentile=95 --histogram=on run", sysbench, p.MeasureSeconds))
 	if err != nil {
 		return run, fmt.Errorf("measured run: %w", err)
+	}
+	if s.kind == flashcache {
+		passLog, err := g.script(ctx, fmt.Sprintf("tail -n +%d /var/log/flashcache-run.log | grep -E 'flush pass done|finished in writethrough|write limit' || true", logFrom+1))
+		if err != nil {
+			return run, fmt.Errorf("flush loop's log: %w", err)
+		}
+		run.PassesInWriteback, run.PassesInWritethrough, run.WriteLimits = results.ParsePassLog(passLog)
 	}
 	if s.samplesDirtyAge() {
 		ages, err := g.script(ctx, stopDirtyAgeSampler)

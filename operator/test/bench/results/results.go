@@ -10,7 +10,10 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -117,6 +120,14 @@ type OLTPRun struct {
 	// the last one had waited when the run ended, still not on the HDD.
 	DirtyAgeSeconds     []float64 `json:"dirtyAgeSeconds,omitempty"`
 	DirtyAgeOpenSeconds float64   `json:"dirtyAgeOpenSeconds,omitempty"`
+
+	// PassesInWriteback, PassesInWritethrough and WriteLimits are what `flashcache node run` logged
+	// during the measured run (flashcache configurations): the flush passes that ended in
+	// writeback, those finished in writethrough, and each write limit it set (bytes a second, 0
+	// for lifted) under flushThrottle Proportional.
+	PassesInWriteback    int     `json:"passesInWriteback,omitempty"`
+	PassesInWritethrough int     `json:"passesInWritethrough,omitempty"`
+	WriteLimits          []int64 `json:"writeLimits,omitempty"`
 
 	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
 	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
@@ -416,4 +427,26 @@ func CV(xs []float64) float64 {
 		sq += (x - mean) * (x - mean)
 	}
 	return math.Sqrt(sq/float64(len(xs))) / mean
+}
+
+// ParsePassLog counts, in lines of `flashcache node run`'s log, the flush passes that ended in
+// writeback and those finished in writethrough, and lists the write limits set (0 for lifted).
+func ParsePassLog(log string) (inWriteback, inWritethrough int, limits []int64) {
+	limitRE := regexp.MustCompile(`"bytesPerSecond":\s*(\d+)`)
+	for _, line := range strings.Split(log, "\n") {
+		switch {
+		case strings.Contains(line, "finished in writethrough"):
+			inWritethrough++
+		case strings.Contains(line, "flush pass done"):
+			inWriteback++
+		case strings.Contains(line, "write limit lifted"):
+			limits = append(limits, 0)
+		case strings.Contains(line, "write limit"):
+			if m := limitRE.FindStringSubmatch(line); m != nil {
+				n, _ := strconv.ParseInt(m[1], 10, 64)
+				limits = append(limits, n)
+			}
+		}
+	}
+	return inWriteback, inWritethrough, limits
 }

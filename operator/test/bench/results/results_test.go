@@ -226,3 +226,15 @@ func TestSetMachineKeepsTheEmulatorOfEarlierRuns(t *testing.T) {
 		t.Errorf("machine %q, runs on %q and %q; want 10.0, and 7.2 and 6.2 kept", o.Machine.QEMU, o.Runs[0].QEMU, o.Runs[1].QEMU)
 	}
 }
+
+func TestParsePassLog(t *testing.T) {
+	log := "2026-12-01T16:00:00Z\tINFO\tflush pass started\t{\"reason\": \"flushPeriod\"}\n" +
+		"2026-12-01T16:00:20Z\tINFO\tflush pass: write limit\t{\"volume\": \"db\", \"bytesPerSecond\": 5872025, \"was\": 0}\n" +
+		"2026-12-01T16:02:30Z\tINFO\tflush pass did not write back what was dirty at its start within its limit: finished in writethrough\t{\"took\": \"2m30s\"}\n" +
+		"2026-12-01T16:03:00Z\tINFO\tflush pass done\t{\"swept\": true}\n" +
+		"2026-12-01T16:04:00Z\tINFO\tflush pass: write limit lifted\t{\"volume\": \"db\", \"was\": 4110417}\n"
+	inWriteback, inWritethrough, limits := ParsePassLog(log)
+	if inWriteback != 1 || inWritethrough != 1 || len(limits) != 2 || limits[0] != 5872025 || limits[1] != 0 {
+		t.Errorf("got %d in writeback, %d in writethrough, limits %v", inWriteback, inWritethrough, limits)
+	}
+}
