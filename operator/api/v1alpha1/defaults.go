@@ -13,8 +13,8 @@ const (
 	// at full rate and passes every commit's flush to the backing disk (docs/benchmarks.md).
 	DefaultDirtyThresholdPercent int32 = 40
 	DefaultFlushPeriod                 = 5 * time.Minute
-	// DefaultFlushThrottle is Off until the long runs show Proportional keeps throughput steadier.
-	DefaultFlushThrottle               = FlushThrottleOff
+	// DefaultFlushThrottle is Disabled until the long runs show Proportional keeps throughput steadier.
+	DefaultFlushThrottle               = FlushThrottleDisabled
 	DefaultSequentialCutoffBytes int64 = 4 << 20
 	DefaultReplacementPolicy           = ReplacementPolicyLRU
 	// DefaultBackingWritebackThrottling is Disabled: with wbt on, commits wait behind bcache's

@@ -45,14 +45,14 @@ const (
 
 // FlushThrottle is what a flush pass that falls behind does to the writers of the volume before
 // its limit.
-// +kubebuilder:validation:Enum=Off;Proportional
+// +kubebuilder:validation:Enum=Disabled;Proportional
 type FlushThrottle string
 
 // Flush throttle settings.
 const (
-	// FlushThrottleOff leaves the writers alone: a pass still dirty at its limit is finished in
+	// FlushThrottleDisabled leaves the writers alone: a pass still dirty at its limit is finished in
 	// writethrough, which slows them all at once.
-	FlushThrottleOff FlushThrottle = "Off"
+	FlushThrottleDisabled FlushThrottle = "Disabled"
 	// FlushThrottleProportional limits the writes to the volume (cgroup v2 io.max) in proportion
 	// as a pass lags, so that it ends in writeback.
 	FlushThrottleProportional FlushThrottle = "Proportional"
@@ -358,12 +358,12 @@ type FlashCacheVolumeSpec struct {
 	// bytes a second that the cgroups writing to the volume may write to it (cgroup v2 io.max on
 	// the bcache device; reads are never limited), lowered as the pass lags and raised as it
 	// catches up, so the database slows a little for as long as needed rather than all at once
-	// when the pass is finished in writethrough, which stays as the backstop. Off (the default)
+	// when the pass is finished in writethrough, which stays as the backstop. Disabled (the default)
 	// leaves only that backstop. The limit lives in the kernel, not in the volume: the engine
 	// sets it again after a restart and removes it when the pass is no longer behind, the volume
 	// is clean, or at teardown.
 	// +optional
-	// +kubebuilder:default=Off
+	// +kubebuilder:default=Disabled
 	FlushThrottle FlushThrottle `json:"flushThrottle,omitempty"`
 
 	// sequentialCutoff is the size above which sequential I/O bypasses the cache; 0 caches all I/O.

@@ -335,6 +335,7 @@ func TestEngineOnARealKernel(t *testing.T) {
 		{"FlushPeriodBoundsTheAgeOfDirtyDataAcrossARestart", testFlushPeriodBoundsDirtyAge},
 		{"APassEndsWhenWhatWasDirtyAtItsStartIsWrittenBack", testPassEndsWhenWhatWasDirtyAtItsStartIsWrittenBack},
 		{"APassThatCannotWriteBackWhatWasDirtyIsFinishedInWritethroughAfterItsLimit", testPassFinishedInWritethrough},
+		{"ALaggingPassLimitsTheWritersUnderFlushThrottleProportional", testWriteLimitWhileAPassLags},
 		{"BackgroundFlushKeepsWriteback", testBackgroundFlush},
 		{"CheckJudgesTheDevicesAndWritesOnlyScratch", testCheck},
 		{"WornCacheIsFlushedAndHeldInWritethrough", testWornCache},

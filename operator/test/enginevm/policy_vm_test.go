@@ -5,6 +5,7 @@ package enginevm
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -464,13 +465,14 @@ type passSample struct {
 	mode, state string
 }
 
-// runPass writes a-pass.yaml and runs passScript in the background; onLog, when not nil, is
+// runPass writes a-pass.yaml, with extraSpec's lines added to the spec, and runs passScript in the
+// background; onLog, when not nil, is
 // called with the loop's log every second while it runs, so the host can change the disks.
-func (g *guest) runPass(t *testing.T, scatterMiB int, onLog func(log string)) passRun {
+func (g *guest) runPass(t *testing.T, scatterMiB int, extraSpec string, onLog func(log string)) passRun {
 	t.Helper()
 	const period, interval = 30 * time.Second, 5 * time.Second
 	limit := max(period/2, time.Minute) // the engine's pass limit for this period
-	g.volumeFile(t, "a-pass.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period))
+	g.volumeFile(t, "a-pass.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+fmt.Sprintf("  flushPeriod: %s\n", period)+extraSpec)
 	// Room for one pass that ended early (on a busy host fio's 400 writes a second fall behind)
 	// before the one the test is about.
 	budget := period/2 + 2*limit + 2*time.Minute
@@ -524,7 +526,7 @@ func testPassEndsWhenWhatWasDirtyAtItsStartIsWrittenBack(t *testing.T, g *guest)
 		t.Fatalf("flush --pass: exit %d\n%s", code, stderr)
 	}
 	limit := time.Minute
-	r := g.runPass(t, 2, nil)
+	r := g.runPass(t, 2, "", nil)
 	if len(r.starts) == 0 || len(r.dones) == 0 {
 		t.Fatalf("want a pass started and done; log:\n%s", r.log)
 	}
@@ -594,7 +596,7 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 		}
 	}
 	defer restore()
-	r := g.runPass(t, 2, func(log string) {
+	r := g.runPass(t, 2, "", func(log string) {
 		if strings.Contains(log, "finishing it in writethrough") {
 			restore()
 		}
@@ -638,6 +640,101 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 	// blocking flush writes back what the slowed disk left (a few hundred scattered blocks) in seconds.
 	if wt := lastWT - firstWT; wt > 60 {
 		t.Errorf("writethrough lasted %.0f s; the flush of a few hundred dirty blocks should take seconds", wt)
+	}
+	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
+		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)
+	}
+}
+
+// testWriteLimitWhileAPassLags: under flushThrottle Proportional a pass whose sweep lags (the
+// backing disk slowed to 3 I/O a second, as in testPassFinishedInWritethrough) limits, before its
+// own limit, the writes of the cgroup that writes to the volume: passScript's writer runs from an
+// ssh session, in user.slice, and the engine sets io.max's wbps for the bcache device there. The
+// writer then writes no faster than the limit (the kernel applies it), and a spec that turns the
+// throttle off lifts it.
+func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
+	if err := g.vm.SetIOPS(g.ctx, hddA, 3); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	restore := func() {
+		if !restored {
+			if err := g.vm.SetIOPS(g.ctx, hddA, 0); err != nil {
+				t.Fatal(err)
+			}
+			restored = true
+		}
+	}
+	defer restore()
+	const readCgroup = `dev=$(cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-a))/dev)
+echo "$EPOCHREALTIME $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbps=/) print substr($i, 6) }' /sys/fs/cgroup/user.slice/io.max 2>/dev/null) $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup/user.slice/io.stat 2>/dev/null)"`
+	type reading struct {
+		at           float64
+		wbps, wbytes int64
+	}
+	var readings []reading
+	r := g.runPass(t, 2, "  flushThrottle: Proportional\n", func(log string) {
+		if strings.Contains(log, "finishing it in writethrough") {
+			restore()
+			return
+		}
+		f := strings.Fields(g.sh(t, readCgroup))
+		if len(f) == 3 {
+			at, _ := strconv.ParseFloat(f[0], 64)
+			wbps, _ := strconv.ParseInt(f[1], 10, 64)
+			wbytes, _ := strconv.ParseInt(f[2], 10, 64)
+			readings = append(readings, reading{at, wbps, wbytes})
+		}
+	})
+	restore()
+	if len(r.starts) == 0 {
+		t.Fatalf("no pass started; log:\n%s", r.log)
+	}
+	set := logTimes(t, r.log, "flush pass: write limit")
+	if len(set) == 0 {
+		t.Fatalf("the lagging pass set no write limit; log:\n%s", r.log)
+	}
+	end := math.Inf(1)
+	if len(r.escalated) > 0 {
+		end = r.escalated[0]
+	}
+	if set[0] >= end {
+		t.Errorf("the write limit came at %.1f s, not before the pass's writethrough finish at %.1f s", set[0]-r.started, end-r.started)
+	}
+	// While one limit held for 5 s or more, the writer (400 4-KiB writes a second, 1.6 MB/s)
+	// wrote no faster than it.
+	checked := false
+	for i := range readings {
+		j := i
+		for j+1 < len(readings) && readings[j+1].wbps == readings[i].wbps && readings[j+1].at < end {
+			j++
+		}
+		a, b := readings[i], readings[j]
+		if a.wbps == 0 || b.at-a.at < 5 {
+			continue
+		}
+		rate := float64(b.wbytes-a.wbytes) / (b.at - a.at)
+		t.Logf("limit %d B/s from %.1f s to %.1f s: user.slice wrote %.0f B/s", a.wbps, a.at-r.started, b.at-r.started, rate)
+		if rate > 1.15*float64(a.wbps) {
+			t.Errorf("user.slice wrote %.0f B/s under a limit of %d B/s", rate, a.wbps)
+		}
+		if rate > 1.5e6 {
+			t.Errorf("user.slice wrote %.0f B/s under the limit, the writer's own rate: nothing held it back", rate)
+		}
+		checked = true
+		break
+	}
+	if !checked {
+		t.Errorf("no limit was seen in user.slice/io.max for 5 s while the pass ran: %v", readings)
+	}
+	// Turned off in the spec, the limit goes at the next run.
+	g.volumeFile(t, "a-pass-off.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+"  flushPeriod: 30s\n  flushThrottle: Disabled\n")
+	g.sh(t, "timeout 8 flashcache node run --config /root/a-pass-off.yaml --interval 2s --metrics-bind-address 0 >/root/pass-off.log 2>&1 || true")
+	if got := strings.Fields(g.sh(t, readCgroup)); len(got) > 2 && got[1] != "" && got[1] != "max" {
+		t.Errorf("user.slice/io.max still limits the volume after flushThrottle Disabled: %v\n%s", got, g.sh(t, "cat /root/pass-off.log"))
+	}
+	if !strings.Contains(g.sh(t, "cat /root/pass-off.log"), "write limit lifted") {
+		t.Errorf("the loop did not say it lifted the limit:\n%s", g.sh(t, "cat /root/pass-off.log"))
 	}
 	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
 		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)

@@ -230,7 +230,7 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: flushThrottle
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.FlushThrottle
-      default: false
+      default: Disabled
     - name: mode
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheMode

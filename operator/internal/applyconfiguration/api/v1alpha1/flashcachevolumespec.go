@@ -44,7 +44,7 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// bytes a second that the cgroups writing to the volume may write to it (cgroup v2 io.max on
 	// the bcache device; reads are never limited), lowered as the pass lags and raised as it
 	// catches up, so the database slows a little for as long as needed rather than all at once
-	// when the pass is finished in writethrough, which stays as the backstop. Off (the default)
+	// when the pass is finished in writethrough, which stays as the backstop. Disabled (the default)
 	// leaves only that backstop. The limit lives in the kernel, not in the volume: the engine
 	// sets it again after a restart and removes it when the pass is no longer behind, the volume
 	// is clean, or at teardown.
