@@ -16,18 +16,21 @@ import (
 // writethrough, and the database then runs at the backing disk's pace, all at once, for as long
 // as that flush takes. Under spec.flushThrottle Proportional the engine sees it coming: every
 // run it compares the share of the start extents written back with the share of the pass's time
-// gone, and when the sweep lags it limits the bytes a second that the volume's writers may write
-// (blockdev.SetWriteLimit), a little more each run it still lags and a little less each run it
-// is ahead. Fewer new dirty extents then land ahead of bcache's writeback, which works through
-// the index in key order, and the sweep reaches the end of the start extents sooner. The
-// writethrough finish stays, for a pass the limit could not save.
+// gone (its schedule), and while the sweep is behind it limits the bytes a second that the
+// volume's writers may write (blockdev.SetWriteLimit), a little more each run it stays behind and
+// a little less each run it is ahead. Fewer new dirty extents then land ahead of bcache's
+// writeback, which works through the index in key order, and the sweep reaches the end of the
+// start extents sooner. The limit is kept from one pass to the next, which under a steady load
+// follow each other, so that it settles rather than swings; the writethrough finish stays, for a
+// pass the limit could not save.
 
 // WriteThrottle is the write limit on a volume's writers and what the engine read to size it.
 type WriteThrottle struct {
 	// BytesPerSecond is the limit on all the volume's writers together; 0 when none is set.
 	BytesPerSecond int64 `json:"bytesPerSecond,omitempty"`
-	// Unthrottled is the write rate when the limit was first set: the limit is lifted once a
-	// pass ahead of its time raises it that high.
+	// Unthrottled is the write rate when the limit was first set: the limit never goes below a
+	// share of it (writeLimitLeastShare), and is lifted once a pass ahead of its time raises it
+	// that high.
 	Unthrottled int64 `json:"unthrottled,omitempty"`
 	// Device is the major:minor the limit is set for, and Cgroups the top-level cgroups it is
 	// set on, with each one's part.
@@ -35,34 +38,34 @@ type WriteThrottle struct {
 	Cgroups map[string]int64 `json:"cgroups,omitempty"`
 
 	// ReadAt is the last reading: the bytes written to the device and by each cgroup until then,
-	// the pass it belonged to, the share of that pass's start extents written back, and the
-	// smoothed rate at which that share grew, per second.
+	// the pass it belonged to, and the share of that pass's start extents written back.
 	ReadAt        time.Time        `json:"readAt,omitzero"`
 	WrittenBytes  int64            `json:"writtenBytes,omitempty"`
 	CgroupWrites  map[string]int64 `json:"cgroupWrites,omitempty"`
 	PassStartedAt time.Time        `json:"passStartedAt,omitzero"`
 	Swept         float64          `json:"swept,omitempty"`
-	SweepRate     float64          `json:"sweepRate,omitempty"`
 }
 
 const (
 	// writeLimitFloor is the least the limit goes to: the writethrough finish it stands in for
 	// lets a database write about as much, at the backing disk's pace.
 	writeLimitFloor = 1 << 20
+	// writeLimitLeastShare is the least share of the unthrottled write rate the limit keeps: held
+	// lower, the database runs as slowly as under the writethrough finish, for longer.
+	writeLimitLeastShare = 0.4
 	// passSweepShare is the part of the pass's limit by which the throttle aims to have swept
-	// the start extents, leaving the rest for the sweep's lumps.
+	// the start extents, leaving the rest for the sweep's tail.
 	passSweepShare = 0.85
-	// Behind when the sweep goes at less than sweepBehind of the rate it needs, ahead above
-	// sweepAhead; in between the limit holds.
-	sweepBehind = 0.9
-	sweepAhead  = 1.2
-	// A limit moves by at most these factors a run, so one lumpy reading of the sweep neither
-	// starves the database nor lets the pass slip.
-	limitDownMost, limitDownLeast = 0.7, 0.9
-	limitUpLeast, limitUpMost     = 1.1, 1.3
+	// The sweep is behind its schedule by more than sweepBehind (a share of the start extents)
+	// or ahead of it by more than sweepAhead; in between the limit holds. Far behind, the limit
+	// falls faster.
+	sweepBehind, sweepFarBehind, sweepAhead = 0.03, 0.1, 0.1
+	// A limit moves by these factors a run: gently, as bcache's sweep is lumpy and the load's
+	// response to a limit takes a run or two to show.
+	limitDown, limitDownFast, limitUp = 0.93, 0.85, 1.1
 	// writethroughFinishCut is how the limit is cut when a pass had to be finished in
 	// writethrough all the same.
-	writethroughFinishCut = 0.7
+	writethroughFinishCut = 0.85
 )
 
 // sweepReading is what one run saw of the volume for the throttle.
@@ -70,7 +73,7 @@ type sweepReading struct {
 	now          time.Time
 	writtenBytes int64
 	// pass is the pass under way, nil for none; swept is the share of its start extents written
-	// back, -1 when unknown (no btree dump, or the first run of the pass).
+	// back, -1 when unknown (no btree dump).
 	pass     *PassState
 	deadline time.Time
 	swept    float64
@@ -81,34 +84,25 @@ type sweepReading struct {
 func (t *WriteThrottle) nextWriteLimit(r sweepReading) int64 {
 	dt := r.now.Sub(t.ReadAt).Seconds()
 	writeRate := 0.0
-	known := !t.ReadAt.IsZero() && dt > 0 && r.writtenBytes >= t.WrittenBytes
-	if known {
+	if !t.ReadAt.IsZero() && dt > 0 && r.writtenBytes >= t.WrittenBytes {
 		writeRate = float64(r.writtenBytes-t.WrittenBytes) / dt
 	}
 	t.ReadAt, t.WrittenBytes = r.now, r.writtenBytes
 	limit := t.BytesPerSecond
-	if r.pass == nil || r.swept < 0 {
+	if r.pass == nil || r.swept < 0 || !r.deadline.After(r.pass.StartedAt) {
 		// Between passes the limit holds: under a steady load the next pass needs it too.
-		t.PassStartedAt, t.Swept, t.SweepRate = time.Time{}, 0, 0
+		t.PassStartedAt, t.Swept = time.Time{}, 0
 		return limit
 	}
-	if !r.pass.StartedAt.Equal(t.PassStartedAt) || !known {
-		t.PassStartedAt, t.Swept, t.SweepRate = r.pass.StartedAt, r.swept, 0
-		return limit
-	}
-	rate := (r.swept - t.Swept) / dt
-	if t.SweepRate > 0 {
-		rate = (rate + t.SweepRate) / 2
-	}
-	t.Swept, t.SweepRate = r.swept, max(rate, 0)
-	left := max(r.deadline.Sub(r.now), 10*time.Second).Seconds()
-	need := (1 - r.swept) / left
-	if need <= 0 {
-		return limit
-	}
-	pace := t.SweepRate / need
+	t.PassStartedAt, t.Swept = r.pass.StartedAt, r.swept
+	due := min(r.now.Sub(r.pass.StartedAt).Seconds()/r.deadline.Sub(r.pass.StartedAt).Seconds(), 1)
+	lag := due - r.swept
 	switch {
-	case pace < sweepBehind:
+	case lag > sweepBehind:
+		down := limitDown
+		if lag > sweepFarBehind {
+			down = limitDownFast
+		}
 		base := float64(limit)
 		if limit == 0 {
 			if writeRate < writeLimitFloor {
@@ -117,9 +111,9 @@ func (t *WriteThrottle) nextWriteLimit(r sweepReading) int64 {
 			}
 			base, t.Unthrottled = writeRate, int64(writeRate)
 		}
-		return max(int64(base*clamp(pace, limitDownMost, limitDownLeast)), writeLimitFloor)
-	case pace > sweepAhead && limit > 0:
-		raised := int64(float64(limit) * clamp(pace, limitUpLeast, limitUpMost))
+		return max(int64(base*down), t.least())
+	case lag < -sweepAhead && limit > 0:
+		raised := int64(float64(limit) * limitUp)
 		if raised >= t.Unthrottled {
 			return 0
 		}
@@ -128,7 +122,10 @@ func (t *WriteThrottle) nextWriteLimit(r sweepReading) int64 {
 	return limit
 }
 
-func clamp(x, lo, hi float64) float64 { return math.Min(math.Max(x, lo), hi) }
+// least is the lowest the limit goes.
+func (t *WriteThrottle) least() int64 {
+	return max(int64(writeLimitLeastShare*float64(t.Unthrottled)), writeLimitFloor)
+}
 
 // afterWritethroughFinish is the limit to keep after a pass was finished in writethrough: lower
 // than the one that did not save it, so the next pass starts further ahead.
@@ -136,7 +133,7 @@ func (t *WriteThrottle) afterWritethroughFinish() int64 {
 	if t.BytesPerSecond == 0 {
 		return 0
 	}
-	return max(int64(float64(t.BytesPerSecond)*writethroughFinishCut), writeLimitFloor)
+	return max(int64(float64(t.BytesPerSecond)*writethroughFinishCut), t.least())
 }
 
 // throttleWrites sizes the volume's write limit from this run's reading and sets it on the
@@ -180,7 +177,7 @@ func (e *Engine) throttleWrites(v Volume, st *State, s *Status, r sweepReading, 
 	t.CgroupWrites = writes
 	if limit != t.BytesPerSecond {
 		e.Log.Info("flush pass: write limit", "volume", v.Name, "bytesPerSecond", limit, "was", t.BytesPerSecond,
-			"swept", t.Swept, "sweepRate", t.SweepRate, "cgroups", parts)
+			"swept", t.Swept, "cgroups", parts)
 	}
 	var errs []error
 	for _, cg := range slices.Sorted(maps.Keys(t.Cgroups)) {

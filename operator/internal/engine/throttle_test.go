@@ -23,42 +23,47 @@ func feed(t *WriteThrottle, pass *PassState, deadline time.Duration, writeRate i
 func TestWriteLimitFallsWhileTheSweepLagsAndLiftsWhenAhead(t *testing.T) {
 	pass := &PassState{Reason: PassFlushPeriod, StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	th := &WriteThrottle{}
-	// 100 s to the deadline; 2% a run is a fifth of the pace needed.
-	limits := feed(th, pass, 100*time.Second, 8<<20, []float64{0, 0.02, 0.04, 0.06})
+	// 100 s to the deadline: 10% of the sweep is due a run. 2% a run falls behind.
+	limits := feed(th, pass, 100*time.Second, 8<<20, []float64{0.1, 0.12, 0.14, 0.16, 0.18, 0.2, 0.22, 0.24, 0.26, 0.28, 0.3, 0.32, 0.34, 0.36})
 	if limits[0] != 0 {
-		t.Fatalf("a limit from one reading of the sweep: %v", limits)
+		t.Fatalf("a limit on schedule: %v", limits)
 	}
-	if limits[1] == 0 || limits[1] >= 8<<20 || limits[2] >= limits[1] || limits[3] >= limits[2] {
+	if limits[1] == 0 || limits[1] >= 8<<20 || limits[2] >= limits[1] {
 		t.Fatalf("the limit did not fall below the write rate while the sweep lagged: %v", limits)
 	}
-	if down := limitDownMost; limits[1] < int64(down*float64(8<<20))-1 {
+	if down := limitDownFast; limits[1] < int64(down*float64(8<<20))-1 {
 		t.Fatalf("the first limit fell further than a run's step: %d", limits[1])
 	}
 	if th.Unthrottled != 8<<20 {
 		t.Fatalf("unthrottled rate %d, want the write rate before the limit", th.Unthrottled)
 	}
-	// The sweep then runs well ahead: the limit rises, then is lifted.
-	more := feed(&WriteThrottle{BytesPerSecond: limits[3], Unthrottled: th.Unthrottled}, pass, 100*time.Second, 4<<20,
-		[]float64{0.1, 0.3, 0.5, 0.7, 0.9, 0.95, 0.99, 0.999, 0.9999, 0.99999})
-	if more[0] != limits[3] {
-		t.Fatalf("the first reading of a restarted engine moved the limit: %v", more)
+	share := writeLimitLeastShare
+	if least := int64(share * float64(8<<20)); limits[len(limits)-1] != least {
+		t.Fatalf("far behind for long, the limit is %d, want its least, %d: %v", limits[len(limits)-1], least, limits)
 	}
-	if more[2] <= limits[3] {
+	// The next pass runs well ahead of its schedule: the limit rises, then is lifted.
+	next := &PassState{Reason: PassFlushPeriod, StartedAt: pass.StartedAt.Add(10 * time.Minute)}
+	swept := []float64{}
+	for i := range 20 {
+		swept = append(swept, min(0.3+0.05*float64(i), 0.99))
+	}
+	more := feed(th, next, 200*time.Second, 3<<20, swept)
+	if more[0] <= limits[len(limits)-1] {
 		t.Fatalf("the limit did not rise with the sweep ahead: %v", more)
 	}
 	if more[len(more)-1] != 0 {
-		t.Fatalf("the limit was not lifted with the sweep well ahead: %v", more)
+		t.Fatalf("the limit was not lifted with the sweep ahead for long: %v", more)
 	}
 }
 
-func TestWriteLimitHoldsOnPaceAndBetweenPasses(t *testing.T) {
+func TestWriteLimitHoldsOnScheduleAndBetweenPasses(t *testing.T) {
 	pass := &PassState{Reason: PassFlushPeriod, StartedAt: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
 	th := &WriteThrottle{BytesPerSecond: 4 << 20, Unthrottled: 8 << 20}
-	// 10% a run, 100 s to the deadline: exactly on pace.
+	// 10% a run, 100 s to the deadline: on schedule.
 	limits := feed(th, pass, 100*time.Second, 4<<20, []float64{0.1, 0.2, 0.3, 0.4})
 	for _, l := range limits {
 		if l != 4<<20 {
-			t.Fatalf("the limit moved on pace: %v", limits)
+			t.Fatalf("the limit moved on schedule: %v", limits)
 		}
 	}
 	if l := th.nextWriteLimit(sweepReading{now: pass.StartedAt.Add(time.Minute), writtenBytes: 1 << 30, swept: -1}); l != 4<<20 {
@@ -74,9 +79,12 @@ func TestNoLimitForAFewWrites(t *testing.T) {
 }
 
 func TestWriteLimitAfterAWritethroughFinish(t *testing.T) {
-	cut := writethroughFinishCut
-	if got := (&WriteThrottle{BytesPerSecond: 10 << 20}).afterWritethroughFinish(); got != int64(cut*float64(10<<20)) {
+	cut, share := writethroughFinishCut, writeLimitLeastShare
+	if got := (&WriteThrottle{BytesPerSecond: 10 << 20, Unthrottled: 12 << 20}).afterWritethroughFinish(); got != int64(cut*float64(10<<20)) {
 		t.Errorf("got %d", got)
+	}
+	if got := (&WriteThrottle{BytesPerSecond: 5 << 20, Unthrottled: 12 << 20}).afterWritethroughFinish(); got != int64(share*float64(12<<20)) {
+		t.Errorf("below the least share: got %d", got)
 	}
 	if got := (&WriteThrottle{}).afterWritethroughFinish(); got != 0 {
 		t.Errorf("no limit before: got %d", got)
