@@ -542,7 +542,8 @@ func (e *Engine) passExtentsPath(v Volume) string {
 // there) or with one it cannot read, it says no, and the pass ends as before: clean, or in
 // writethrough at its limit.
 //
-// It also says what share of the sectors of those extents is no longer dirty, -1 when it cannot.
+// It also says what share of the sectors of those extents is no longer dirty, -1 when it cannot
+// tell (no dump, or the first reading).
 func (e *Engine) passSwept(v Volume, p *PassState, s *Status) (bool, float64) {
 	inode, err := blockdev.BackingInode(s.CacheSetUUID, s.Device)
 	if err != nil {
@@ -562,7 +563,8 @@ func (e *Engine) passSwept(v Volume, p *PassState, s *Status) (bool, float64) {
 	if err != nil || !before.PassStartedAt.Equal(p.StartedAt) || before.CacheSet != s.CacheSetUUID {
 		before = passExtents{PassStartedAt: p.StartedAt, CacheSet: s.CacheSetUUID, ReadAt: time.Now(), Extents: mergeExtents(now)}
 		e.savePassExtents(v, &before)
-		return false, 0
+		// Nothing to compare yet: what bcache wrote back since the pass began is not in them.
+		return false, -1
 	}
 	left := blockdev.StillDirty(before.Extents, now)
 	var total uint64

@@ -73,7 +73,7 @@ type sweepReading struct {
 	now          time.Time
 	writtenBytes int64
 	// pass is the pass under way, nil for none; swept is the share of its start extents written
-	// back, -1 when unknown (no btree dump).
+	// back, -1 when unknown (no btree dump, or the pass's first reading of it).
 	pass     *PassState
 	deadline time.Time
 	swept    float64

@@ -648,8 +648,8 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 
 // testWriteLimitWhileAPassLags: under flushThrottle Proportional a pass whose sweep lags (the
 // backing disk slowed to 3 I/O a second, as in testPassFinishedInWritethrough) limits, before its
-// own limit, the writes of the cgroup that writes to the volume: passScript's writer runs from an
-// ssh session, in user.slice, and the engine sets io.max's wbps for the bcache device there. The
+// own limit, the writes of the top-level cgroup that writes to the volume (passScript's writer
+// runs from an ssh session): the engine sets io.max's wbps for the bcache device there. The
 // writer then writes no faster than the limit (the kernel applies it), and a spec that turns the
 // throttle off lifts it.
 func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
@@ -666,24 +666,32 @@ func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
 		}
 	}
 	defer restore()
+	// The writer's top-level cgroup (system.slice, as ssh's sessions run there on the test image),
+	// its limit on the volume and what it wrote to it.
 	const readCgroup = `dev=$(cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-a))/dev)
-echo "$EPOCHREALTIME $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbps=/) print substr($i, 6) }' /sys/fs/cgroup/user.slice/io.max 2>/dev/null) $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup/user.slice/io.stat 2>/dev/null)"`
+cg=${CG:-$(cut -d: -f3 /proc/$(pgrep -f name=redirty | head -1)/cgroup 2>/dev/null | cut -d/ -f2)}
+[ -n "$cg" ] || exit 0
+wbps=$(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbps=/) print substr($i, 6) }' /sys/fs/cgroup/$cg/io.max 2>/dev/null)
+wbytes=$(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup/$cg/io.stat 2>/dev/null)
+echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	type reading struct {
 		at           float64
 		wbps, wbytes int64
 	}
 	var readings []reading
+	writerCgroup := ""
 	r := g.runPass(t, 2, "  flushThrottle: Proportional\n", func(log string) {
 		if strings.Contains(log, "finishing it in writethrough") {
 			restore()
 			return
 		}
 		f := strings.Fields(g.sh(t, readCgroup))
-		if len(f) == 3 {
+		if len(f) == 4 {
 			at, _ := strconv.ParseFloat(f[0], 64)
-			wbps, _ := strconv.ParseInt(f[1], 10, 64)
-			wbytes, _ := strconv.ParseInt(f[2], 10, 64)
+			wbps, _ := strconv.ParseInt(f[2], 10, 64) // "max": 0
+			wbytes, _ := strconv.ParseInt(f[3], 10, 64)
 			readings = append(readings, reading{at, wbps, wbytes})
+			writerCgroup = f[1]
 		}
 	})
 	restore()
@@ -701,8 +709,8 @@ echo "$EPOCHREALTIME $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i
 	if set[0] >= end {
 		t.Errorf("the write limit came at %.1f s, not before the pass's writethrough finish at %.1f s", set[0]-r.started, end-r.started)
 	}
-	// While one limit held for 5 s or more, the writer (400 4-KiB writes a second, 1.6 MB/s)
-	// wrote no faster than it.
+	// While one limit held for 5 s or more, the writer's cgroup (fio's 400 4-KiB writes a second,
+	// 1.6 MB/s) wrote no faster than it.
 	checked := false
 	for i := range readings {
 		j := i
@@ -714,24 +722,27 @@ echo "$EPOCHREALTIME $(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i
 			continue
 		}
 		rate := float64(b.wbytes-a.wbytes) / (b.at - a.at)
-		t.Logf("limit %d B/s from %.1f s to %.1f s: user.slice wrote %.0f B/s", a.wbps, a.at-r.started, b.at-r.started, rate)
+		t.Logf("limit %d B/s from %.1f s to %.1f s: the writer's cgroup wrote %.0f B/s", a.wbps, a.at-r.started, b.at-r.started, rate)
 		if rate > 1.15*float64(a.wbps) {
-			t.Errorf("user.slice wrote %.0f B/s under a limit of %d B/s", rate, a.wbps)
+			t.Errorf("the writer's cgroup wrote %.0f B/s under a limit of %d B/s", rate, a.wbps)
 		}
 		if rate > 1.5e6 {
-			t.Errorf("user.slice wrote %.0f B/s under the limit, the writer's own rate: nothing held it back", rate)
+			t.Errorf("the writer's cgroup wrote %.0f B/s under the limit, the writer's own rate: nothing held it back", rate)
 		}
 		checked = true
 		break
 	}
 	if !checked {
-		t.Errorf("no limit was seen in user.slice/io.max for 5 s while the pass ran: %v", readings)
+		t.Errorf("no limit was seen in the writer's cgroup's io.max for 5 s while the pass ran: %v", readings)
 	}
 	// Turned off in the spec, the limit goes at the next run.
 	g.volumeFile(t, "a-pass-off.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+"  flushPeriod: 30s\n  flushThrottle: Disabled\n")
 	g.sh(t, "timeout 8 flashcache node run --config /root/a-pass-off.yaml --interval 2s --metrics-bind-address 0 >/root/pass-off.log 2>&1 || true")
-	if got := strings.Fields(g.sh(t, readCgroup)); len(got) > 2 && got[1] != "" && got[1] != "max" {
-		t.Errorf("user.slice/io.max still limits the volume after flushThrottle Disabled: %v\n%s", got, g.sh(t, "cat /root/pass-off.log"))
+	if writerCgroup == "" {
+		t.Fatalf("the writer's cgroup was never read")
+	}
+	if got := strings.Fields(g.sh(t, "CG="+writerCgroup+"\n"+readCgroup)); len(got) != 4 || got[2] != "max" {
+		t.Errorf("%s/io.max still limits the volume after flushThrottle Disabled: %v\n%s", writerCgroup, got, g.sh(t, "cat /root/pass-off.log"))
 	}
 	if !strings.Contains(g.sh(t, "cat /root/pass-off.log"), "write limit lifted") {
 		t.Errorf("the loop did not say it lifted the limit:\n%s", g.sh(t, "cat /root/pass-off.log"))
