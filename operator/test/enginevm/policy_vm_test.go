@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
 // The age of dirty data, measured where it matters: on the raw backing disk. A marker block is
@@ -583,18 +585,7 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 	// 2 MiB of scattered 4-KiB writes, 512 extents: at 3 I/O a second the backing disk writes
 	// back at most 180 in a minute. Its own rate comes back as soon as the pass escalates, so the
 	// blocking flush takes seconds, as it does when the writer alone keeps the volume dirty.
-	if err := g.vm.SetIOPS(g.ctx, hddA, 3); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			if err := g.vm.SetIOPS(g.ctx, hddA, 0); err != nil {
-				t.Fatal(err)
-			}
-			restored = true
-		}
-	}
+	restore := g.slowDisk(t, hddA, 3)
 	defer restore()
 	r := g.runPass(t, 2, "", func(log string) {
 		if strings.Contains(log, "finishing it in writethrough") {
@@ -653,18 +644,7 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 // writer then writes no faster than the limit (the kernel applies it), and a spec that turns the
 // throttle off lifts it.
 func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
-	if err := g.vm.SetIOPS(g.ctx, hddA, 3); err != nil {
-		t.Fatal(err)
-	}
-	restored := false
-	restore := func() {
-		if !restored {
-			if err := g.vm.SetIOPS(g.ctx, hddA, 0); err != nil {
-				t.Fatal(err)
-			}
-			restored = true
-		}
-	}
+	restore := g.slowDisk(t, hddA, 3)
 	defer restore()
 	// The writer's top-level cgroup (system.slice, as ssh's sessions run there on the test image),
 	// its limit on the volume and what it wrote to it.
@@ -749,5 +729,23 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	}
 	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
 		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)
+	}
+}
+
+// slowDisk throttles the disk to iops and returns what restores its own rate, once however often
+// it is called.
+func (g *guest) slowDisk(t *testing.T, d vmharness.Disk, iops int) func() {
+	t.Helper()
+	if err := g.vm.SetIOPS(g.ctx, d, iops); err != nil {
+		t.Fatal(err)
+	}
+	restored := false
+	return func() {
+		if !restored {
+			if err := g.vm.SetIOPS(g.ctx, d, 0); err != nil {
+				t.Fatal(err)
+			}
+			restored = true
+		}
 	}
 }
