@@ -26,11 +26,6 @@ var CgroupRoot = "/sys/fs/cgroup"
 // ErrNoIOController is returned where the kernel has no cgroup v2 io controller to limit writes.
 var ErrNoIOController = errors.New("no cgroup v2 io controller")
 
-// DeviceNumber is the major:minor of a block device by kernel name, as io.max and io.stat name it.
-func DeviceNumber(name string) (string, error) {
-	return ReadSysfs(filepath.Join(SysClassBlock, name, "dev"))
-}
-
 // WrittenBytes is what has been written to a block device since it appeared, from its stat file
 // (the seventh field counts 512-byte sectors whatever the device's block size).
 func WrittenBytes(name string) (int64, error) {

@@ -128,6 +128,12 @@ func InspectName(name string) (Device, error) {
 	return inspectName("/dev/"+name, name)
 }
 
+// DeviceNumber is the major:minor of a block device by kernel name, as the mount table, io.max
+// and io.stat name it.
+func DeviceNumber(name string) (string, error) {
+	return readTrim(filepath.Join(SysClassBlock, name, "dev"))
+}
+
 func inspectName(path, name string) (Device, error) {
 	sys := filepath.Join(SysClassBlock, name)
 	if _, err := os.Stat(sys); err != nil {
@@ -135,7 +141,7 @@ func inspectName(path, name string) (Device, error) {
 	}
 	d := Device{Path: path, DevPath: "/dev/" + name, Name: name}
 	var err error
-	if d.MajorMinor, err = readTrim(filepath.Join(sys, "dev")); err != nil {
+	if d.MajorMinor, err = DeviceNumber(name); err != nil {
 		return d, err
 	}
 	sectors, err := readInt(filepath.Join(sys, "size"))
@@ -189,7 +195,7 @@ func MountedAt(d Device, except ...string) ([]string, error) {
 	names := map[string]bool{d.Name: true}
 	for _, p := range d.Partitions {
 		names[p] = true
-		if mm, err := readTrim(filepath.Join(SysClassBlock, p, "dev")); err == nil {
+		if mm, err := DeviceNumber(p); err == nil {
 			ids[mm] = true
 		}
 	}
@@ -198,7 +204,7 @@ func MountedAt(d Device, except ...string) ([]string, error) {
 			continue
 		}
 		names[h] = true
-		if mm, err := readTrim(filepath.Join(SysClassBlock, h, "dev")); err == nil {
+		if mm, err := DeviceNumber(h); err == nil {
 			ids[mm] = true
 		}
 	}

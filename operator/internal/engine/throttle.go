@@ -179,8 +179,19 @@ func (e *Engine) throttleWrites(v Volume, st *State, s *Status, r sweepReading, 
 		e.Log.Info("flush pass: write limit", "volume", v.Name, "bytesPerSecond", limit, "was", t.BytesPerSecond,
 			"swept", t.Swept, "cgroups", parts)
 	}
+	err = setLimitParts(dev, t.Cgroups, parts)
+	t.BytesPerSecond, t.Cgroups = limit, parts
+	if err != nil {
+		return limit, fmt.Errorf("setting the write limit: %w", err)
+	}
+	return limit, nil
+}
+
+// setLimitParts sets each cgroup's part of the limit on the device dev, and lifts it from the
+// cgroups in was that have no part any more.
+func setLimitParts(dev string, was, parts map[string]int64) error {
 	var errs []error
-	for _, cg := range slices.Sorted(maps.Keys(t.Cgroups)) {
+	for _, cg := range slices.Sorted(maps.Keys(was)) {
 		if _, ok := parts[cg]; !ok {
 			errs = append(errs, blockdev.SetWriteLimit(cg, dev, 0))
 		}
@@ -194,11 +205,7 @@ func (e *Engine) throttleWrites(v Volume, st *State, s *Status, r sweepReading, 
 		}
 		errs = append(errs, blockdev.SetWriteLimit(cg, dev, bps))
 	}
-	t.BytesPerSecond, t.Cgroups = limit, parts
-	if err := errors.Join(errs...); err != nil {
-		return limit, fmt.Errorf("setting the write limit: %w", err)
-	}
-	return limit, nil
+	return errors.Join(errs...)
 }
 
 // limitParts splits limit among the cgroups that wrote at least a hundredth of what was written
@@ -230,11 +237,7 @@ func (e *Engine) liftWriteLimit(v Volume, st *State) error {
 	if t == nil {
 		return nil
 	}
-	var errs []error
-	for cg := range t.Cgroups {
-		errs = append(errs, blockdev.SetWriteLimit(cg, t.Device, 0))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := setLimitParts(t.Device, t.Cgroups, nil); err != nil {
 		return fmt.Errorf("lifting the write limit: %w", err)
 	}
 	if t.BytesPerSecond > 0 {
