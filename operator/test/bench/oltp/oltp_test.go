@@ -284,7 +284,7 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 		if err != nil {
 			return run, fmt.Errorf("flush loop's log: %w", err)
 		}
-		run.PassesInWriteback, run.PassesInWritethrough, run.WriteLimits = results.ParsePassLog(passLog)
+		results.ParsePassLog(&run, passLog)
 	}
 	if s.samplesDirtyAge() {
 		ages, err := g.script(ctx, stopDirtyAgeSampler)

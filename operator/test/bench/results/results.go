@@ -121,13 +121,15 @@ type OLTPRun struct {
 	DirtyAgeSeconds     []float64 `json:"dirtyAgeSeconds,omitempty"`
 	DirtyAgeOpenSeconds float64   `json:"dirtyAgeOpenSeconds,omitempty"`
 
-	// PassesInWriteback, PassesInWritethrough and WriteLimits are what `flashcache node run` logged
-	// during the measured run (flashcache configurations): the flush passes that ended in
-	// writeback, those finished in writethrough, and each write limit it set (bytes a second, 0
-	// for lifted) under flushThrottle Proportional.
-	PassesInWriteback    int     `json:"passesInWriteback,omitempty"`
-	PassesInWritethrough int     `json:"passesInWritethrough,omitempty"`
-	WriteLimits          []int64 `json:"writeLimits,omitempty"`
+	// PassesInWriteback, PassesInWritethrough, WritethroughSeconds and WriteLimits are what
+	// `flashcache node run` logged during the measured run (flashcache configurations): the flush
+	// passes that ended in writeback, those finished in writethrough and how long each of those
+	// held the volume in writethrough (where the log says), and each write limit it set (bytes a
+	// second, 0 for lifted) under flushThrottle Proportional.
+	PassesInWriteback    int       `json:"passesInWriteback,omitempty"`
+	PassesInWritethrough int       `json:"passesInWritethrough,omitempty"`
+	WritethroughSeconds  []float64 `json:"writethroughSeconds,omitempty"`
+	WriteLimits          []int64   `json:"writeLimits,omitempty"`
 
 	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
 	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
@@ -429,24 +431,28 @@ func CV(xs []float64) float64 {
 	return math.Sqrt(sq/float64(len(xs))) / mean
 }
 
-// ParsePassLog counts, in lines of `flashcache node run`'s log, the flush passes that ended in
-// writeback and those finished in writethrough, and lists the write limits set (0 for lifted).
-func ParsePassLog(log string) (inWriteback, inWritethrough int, limits []int64) {
+// ParsePassLog fills in run's pass counts, writethrough lengths and write limits from lines of
+// `flashcache node run`'s log.
+func ParsePassLog(run *OLTPRun, log string) {
 	limitRE := regexp.MustCompile(`"bytesPerSecond":\s*(\d+)`)
+	writethroughRE := regexp.MustCompile(`"writethroughSeconds":\s*([0-9.]+)`)
 	for _, line := range strings.Split(log, "\n") {
 		switch {
 		case strings.Contains(line, "finished in writethrough"):
-			inWritethrough++
+			run.PassesInWritethrough++
+			if m := writethroughRE.FindStringSubmatch(line); m != nil {
+				secs, _ := strconv.ParseFloat(m[1], 64)
+				run.WritethroughSeconds = append(run.WritethroughSeconds, secs)
+			}
 		case strings.Contains(line, "flush pass done"):
-			inWriteback++
+			run.PassesInWriteback++
 		case strings.Contains(line, "write limit lifted"):
-			limits = append(limits, 0)
+			run.WriteLimits = append(run.WriteLimits, 0)
 		case strings.Contains(line, "write limit"):
 			if m := limitRE.FindStringSubmatch(line); m != nil {
 				n, _ := strconv.ParseInt(m[1], 10, 64)
-				limits = append(limits, n)
+				run.WriteLimits = append(run.WriteLimits, n)
 			}
 		}
 	}
-	return inWriteback, inWritethrough, limits
 }

@@ -231,10 +231,15 @@ func TestParsePassLog(t *testing.T) {
 	log := "2026-12-01T16:00:00Z\tINFO\tflush pass started\t{\"reason\": \"flushPeriod\"}\n" +
 		"2026-12-01T16:00:20Z\tINFO\tflush pass: write limit\t{\"volume\": \"db\", \"bytesPerSecond\": 5872025, \"was\": 0}\n" +
 		"2026-12-01T16:02:30Z\tINFO\tflush pass did not write back what was dirty at its start within its limit: finished in writethrough\t{\"took\": \"2m30s\"}\n" +
+		"2026-12-01T16:05:30Z\tINFO\tflush pass finished in writethrough\t{\"took\": \"2m31s\", \"writethroughSeconds\": 12.5, \"swept\": true}\n" +
 		"2026-12-01T16:03:00Z\tINFO\tflush pass done\t{\"swept\": true}\n" +
 		"2026-12-01T16:04:00Z\tINFO\tflush pass: write limit lifted\t{\"volume\": \"db\", \"was\": 4110417}\n"
-	inWriteback, inWritethrough, limits := ParsePassLog(log)
-	if inWriteback != 1 || inWritethrough != 1 || len(limits) != 2 || limits[0] != 5872025 || limits[1] != 0 {
-		t.Errorf("got %d in writeback, %d in writethrough, limits %v", inWriteback, inWritethrough, limits)
+	var run OLTPRun
+	ParsePassLog(&run, log)
+	if run.PassesInWriteback != 1 || run.PassesInWritethrough != 2 || len(run.WriteLimits) != 2 || run.WriteLimits[0] != 5872025 || run.WriteLimits[1] != 0 {
+		t.Errorf("got %d in writeback, %d in writethrough, limits %v", run.PassesInWriteback, run.PassesInWritethrough, run.WriteLimits)
+	}
+	if len(run.WritethroughSeconds) != 1 || run.WritethroughSeconds[0] != 12.5 {
+		t.Errorf("writethrough lengths %v, want [12.5] (the first finish's line gives none)", run.WritethroughSeconds)
 	}
 }
