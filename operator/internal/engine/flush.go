@@ -164,8 +164,10 @@ func (e *Engine) holdAndFlush(ctx context.Context, v Volume, o *Observation, tim
 	return res, err
 }
 
-// sweptPoll is how often a flush that may end swept reads bcache's btree dump: it reads every key
-// of the cache set, too much for flushPoll.
+// sweptPoll is how often a flush that may end swept reads bcache's btree dump at most: a reading
+// goes over every key of the cache set, too much for flushPoll. The pause after a reading is
+// also at least twice as long as the reading took, so that a large set's dump leaves the CPU to
+// the database more than half the time.
 const sweptPoll = time.Second
 
 // flush is the blocking flush itself; the caller decides about holds. It ends when bcache says
@@ -189,7 +191,7 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 
 	start := time.Now()
 	last, lastAt := first, start
-	reported, sweptReadAt, sweptEnd := time.Time{}, start, false
+	reported, sweptReadAt, sweptPause, sweptEnd := time.Time{}, start, sweptPoll, false
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Poll often enough to time short flushes well; report progress about once a second.
@@ -213,10 +215,11 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 			last, lastAt, reported = dirty, now, now
 			progress(p)
 		}
-		if !done && swept != nil && now.Sub(sweptReadAt) >= sweptPoll {
-			sweptReadAt = now
+		if !done && swept != nil && now.Sub(sweptReadAt) >= sweptPause {
 			sweptEnd = swept()
 			done = sweptEnd
+			sweptReadAt = time.Now()
+			sweptPause = max(sweptPoll, 2*sweptReadAt.Sub(now))
 		}
 		// "clean" comes only after a full scan finds no dirty keys; "no cache" has none to flush.
 		return done, nil
