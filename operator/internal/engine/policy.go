@@ -83,6 +83,17 @@ type PassState struct {
 	Reason       string    `json:"reason"`
 	StartedAt    time.Time `json:"startedAt"`
 	DirtyAtStart int64     `json:"dirtyAtStart"`
+	// LimitFrom is when the pass's limit began counting, when not at its start: a pass asked for
+	// while another ran replaces it, and what was dirty when that one began is due by its limit.
+	LimitFrom time.Time `json:"limitFrom,omitzero"`
+}
+
+// limitFrom is when the pass's limit began counting.
+func (p *PassState) limitFrom() time.Time {
+	if p.LimitFrom.IsZero() {
+		return p.StartedAt
+	}
+	return p.LimitFrom
 }
 
 // PassReport says what Converge did about flush passes in one run.
@@ -127,8 +138,10 @@ type PassReport struct {
 // minutes up), plus the blocking flush's length when a pass needed it, plus the interval at which
 // the caller runs Converge.
 //
-// A new want.FlushRequest starts a pass now if the volume is dirty and none runs; a request
-// is honoured once, whatever the volume looked like then.
+// A new want.FlushRequest starts a pass now if the volume is dirty. A pass under way covers only
+// what was dirty at its start, so the request's replaces it, within that one's limit; a request
+// that comes as a pass reaches its limit is served by the writethrough finish, which then waits
+// for clean. A request is honoured once, whatever the volume looked like then.
 func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.Time) (*Result, *PassReport, error) {
 	st, err := e.loadState(v)
 	if err != nil {
@@ -157,7 +170,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	swept, sweep := false, sweepReading{now: now, swept: -1}
 	if st.Pass != nil && dirty && inWriteback {
 		swept, sweep.swept = e.passSwept(v, st.Pass, res.Status)
-		sweep.pass, sweep.deadline = st.Pass, st.Pass.StartedAt.Add(time.Duration(passSweepShare*float64(passLimit(v.Spec.EffectiveFlushPeriod()))))
+		sweep.pass, sweep.deadline = st.Pass, st.Pass.limitFrom().Add(time.Duration(passSweepShare*float64(passLimit(v.Spec.EffectiveFlushPeriod()))))
 	}
 	if p := st.Pass; p != nil {
 		pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = p.Reason, p.StartedAt, p.DirtyAtStart, now.Sub(p.StartedAt)
@@ -166,6 +179,8 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	if requested {
 		st.FlushRequest, stateChanged = want.FlushRequest, true
 	}
+	// A pass that swept its start extents is done, unless a request came for what is dirty now.
+	swept = swept && !requested
 	switch next := nextPass(st, dirty && !swept, inWriteback, v.Spec.EffectiveFlushPeriod(), now, requested); next {
 	case passCovered:
 		// A drain's hold or a safety downgrade flushed the volume in writethrough meanwhile.
@@ -190,7 +205,7 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			"startedAt", st.Pass.StartedAt, "dirty", res.Status.DirtyBytes, "startExtentsWrittenBack", sweep.swept)
 		pass, status := st.Pass, res.Status
 		var startExtentsSwept func() bool
-		if sweep.swept >= 0 {
+		if sweep.swept >= 0 && !requested {
 			// The age bound needs only the data dirty at the pass's start on the backing disk:
 			// the writethrough lasts until the sweep has passed the last of it, not until clean,
 			// which would also wait for all that was dirtied behind the sweep since. That is the
@@ -225,16 +240,20 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 		}
 	case passGoesOn:
 		pr.Active = true
-	case passNewPeriod, passStart, passStartRequested:
+	case passNewPeriod, passStart, passStartRequested, passRestartRequested:
 		st.PeriodFrom, stateChanged = now, true
 		if next == passNewPeriod {
 			break
 		}
 		reason := PassFlushPeriod
-		if next == passStartRequested {
+		if next != passStart {
 			reason = PassRequested
 		}
-		st.Pass = &PassState{Reason: reason, StartedAt: now, DirtyAtStart: res.Status.DirtyBytes}
+		pass := &PassState{Reason: reason, StartedAt: now, DirtyAtStart: res.Status.DirtyBytes}
+		if next == passRestartRequested {
+			pass.LimitFrom = st.Pass.limitFrom()
+		}
+		st.Pass = pass
 		pr.Started, pr.Active, pr.Reason, pr.StartedAt, pr.DirtyAtStart, pr.Elapsed = true, true, reason, now, res.Status.DirtyBytes, 0
 		// Recorded before the knobs change, so a crash in between is seen as a pass that runs.
 		if err := e.saveState(v, st); err != nil {
@@ -344,6 +363,10 @@ const (
 	passNewPeriod
 	passStart
 	passStartRequested
+	// passRestartRequested: a pass was asked for while another ran. That one covers only what
+	// was dirty at its start, the request everything dirty now: a new pass starts, within the
+	// limit of the one it replaces.
+	passRestartRequested
 	passGoesOn
 	// passEnd: the volume is clean; the pass is done.
 	passEnd
@@ -361,8 +384,10 @@ func nextPass(st *State, dirty, inWriteback bool, period time.Duration, now time
 		return passCovered
 	case st.Pass != nil && !dirty:
 		return passEnd
-	case st.Pass != nil && now.Sub(st.Pass.StartedAt) >= passLimit(period):
+	case st.Pass != nil && now.Sub(st.Pass.limitFrom()) >= passLimit(period):
 		return passFinishInWritethrough
+	case st.Pass != nil && flushNow:
+		return passRestartRequested
 	case st.Pass != nil:
 		return passGoesOn
 	case !inWriteback:

@@ -11,6 +11,7 @@ func TestNextPass(t *testing.T) {
 	period := 5 * time.Minute
 	idle := &State{PeriodFrom: t0}
 	running := &State{PeriodFrom: t0, Pass: &PassState{Reason: PassFlushPeriod, StartedAt: t0}}
+	replaced := &State{PeriodFrom: t0.Add(time.Minute), Pass: &PassState{Reason: PassRequested, StartedAt: t0.Add(time.Minute), LimitFrom: t0}}
 	cases := []struct {
 		name        string
 		st          *State
@@ -36,7 +37,11 @@ func TestNextPass(t *testing.T) {
 		{"a short period's pass gets the floor", running, true, true, 10 * time.Second, 30 * time.Second, false, passGoesOn},
 		{"a short period's pass past the floor", running, true, true, 10 * time.Second, passLimitFloor, false, passFinishInWritethrough},
 		{"pass and a drain's hold", running, true, false, period, time.Minute, false, passCovered},
-		{"pass and a request: one pass", running, true, true, period, time.Minute, true, passGoesOn},
+		{"pass and a request: a pass for what is dirty now", running, true, true, period, time.Minute, true, passRestartRequested},
+		{"pass at its limit and a request: the finish first", running, true, true, period, 150 * time.Second, true, passFinishInWritethrough},
+		{"pass clean and a request: nothing left", running, false, true, period, time.Minute, true, passEnd},
+		{"a pass that replaced one keeps its limit", replaced, true, true, period, 150 * time.Second, false, passFinishInWritethrough},
+		{"a pass that replaced one, within that limit", replaced, true, true, period, 149 * time.Second, false, passGoesOn},
 	}
 	for _, c := range cases {
 		if got := nextPass(c.st, c.dirty, c.inWriteback, c.period, t0.Add(c.at), c.flushNow); got != c.want {
