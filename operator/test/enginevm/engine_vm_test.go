@@ -666,8 +666,15 @@ func testFlushIntegrity(t *testing.T, g *guest) {
 	t.Logf("flushed %.1f MiB in %s: %.1f MiB/s; the HDD is throttled to %d MiB/s and %d IOPS",
 		float64(f.FlushedBytes)/(1<<20), time.Duration(f.Duration).Round(time.Millisecond), f.BytesPerSecond/(1<<20),
 		vmharness.DefaultHDDBytesPerSec>>20, vmharness.DefaultHDDIOPS)
-	if !f.Held || f.FlushedBytes < (mib-1)<<20 {
-		t.Errorf("flush result = %v", f)
+	// What was dirty, not all that was written: on a loaded host the emulated NVMe's latency can
+	// cross bcache's congestion threshold, which sends part of a sequential write around the
+	// cache (the backing disk is read below for all of it).
+	dirtyBytes, err := blockdev.ParseHumanSize(dirty)
+	if err != nil {
+		t.Fatalf("dirty_data %q: %v", dirty, err)
+	}
+	if !f.Held || float64(f.FlushedBytes) < 0.99*float64(dirtyBytes) || dirtyBytes < 16<<20 {
+		t.Errorf("flush result = %+v, with %s dirty before it", f, dirty)
 	}
 	if state := g.sh(t, "cat "+bc+"state"); state != "clean" {
 		t.Errorf("state after flush = %q", state)
