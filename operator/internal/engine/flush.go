@@ -132,7 +132,7 @@ type FlushResult struct {
 	BytesPerSecond float64 `json:"bytesPerSecond"`
 	Held           bool    `json:"held"`
 	// Swept is true when the flush ended before the volume was clean, because what it was asked
-	// to write back was: a flush pass's start extents (FlushPassSwept).
+	// to write back was: a flush pass's start extents, in the pass's writethrough finish.
 	Swept bool `json:"swept,omitempty"`
 }
 
@@ -235,7 +235,7 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 		res.FlushedBytes = max(first-left, 0)
 	}
 	if elapsed > 0 {
-		res.BytesPerSecond = float64(first) / elapsed.Seconds()
+		res.BytesPerSecond = float64(res.FlushedBytes) / elapsed.Seconds()
 	}
 	return res, nil
 }
