@@ -272,15 +272,10 @@ func (r *Reconciler) notePass(ctx context.Context, fcv *fcv1.FlashCacheVolume, p
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeNormal, "FlushPassStarted", "Flush",
 			"writing %s back at full speed, in writeback (%s)", units.Bytes(pass.DirtyAtStart), pass.Reason)
 	case pass.FinishedInWritethrough:
-		log.Info("flush pass finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed,
-			"writethroughSeconds", pass.WritethroughFlushSeconds, "swept", pass.Swept)
-		rest := "the volume was flushed"
-		if pass.Swept {
-			rest = "the rest of it was written back"
-		}
+		log.Info("flush pass finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed)
 		r.Recorder.Eventf(fcv, nil, corev1.EventTypeWarning, "FlushPassFinishedInWritethrough", "Flush",
-			"the pass started %s ago did not write back in writeback what was dirty at its start: %s in writethrough (%.0fs), as the flush period requires",
-			pass.Elapsed.Round(time.Second), rest, pass.WritethroughFlushSeconds)
+			"the pass started %s ago did not write back in writeback what was dirty at its start: the rest was flushed in writethrough (%.0fs), as the flush period requires",
+			pass.Elapsed.Round(time.Second), pass.WritethroughFlushSeconds)
 	case pass.Ended:
 		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed, "swept", pass.Swept)
 		since := ""

@@ -167,7 +167,7 @@ func logPass(log logr.Logger, pass *engine.PassReport) {
 		log.Info("flush pass started", "reason", pass.Reason, "dirtyBytes", pass.DirtyAtStart, "startedAt", pass.StartedAt.UTC().Format(time.RFC3339Nano))
 	case pass.FinishedInWritethrough:
 		log.Info("flush pass did not write back what was dirty at its start within its limit: finished in writethrough", "reason", pass.Reason, "took", pass.Elapsed.String(),
-			"writethroughSeconds", pass.WritethroughFlushSeconds, "swept", pass.Swept)
+			"writethroughSeconds", pass.WritethroughFlushSeconds)
 	case pass.Ended:
 		log.Info("flush pass done", "reason", pass.Reason, "took", pass.Elapsed.String(), "swept", pass.Swept)
 	}

@@ -333,7 +333,7 @@ func (e *Engine) execute(ctx context.Context, v Volume, o *Observation, s Step) 
 			s.Value != from && o.Knobs["state"] == "dirty" {
 			// Leaving writeback with dirty data: flush it unthrottled first, or it could trickle
 			// to the backing disk for hours. The next steps restore the throttling knobs.
-			if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil, nil); err != nil {
+			if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil); err != nil {
 				return err
 			}
 		}
@@ -546,7 +546,7 @@ func (e *Engine) restartBacking(ctx context.Context, v Volume, o *Observation) e
 		return fmt.Errorf("the bcache device is not running")
 	}
 	if o.Knobs["state"] == "dirty" {
-		if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil, nil); err != nil {
+		if _, err := e.flush(ctx, v, o, DowngradeFlushTimeout, nil); err != nil {
 			return err
 		}
 	}

@@ -131,9 +131,6 @@ type FlushResult struct {
 	// BytesPerSecond is the average rate over the whole flush.
 	BytesPerSecond float64 `json:"bytesPerSecond"`
 	Held           bool    `json:"held"`
-	// Swept is true when the flush ended before the volume was clean, because what it was asked
-	// to write back was: a flush pass's start extents, in the pass's writethrough finish.
-	Swept bool `json:"swept,omitempty"`
 }
 
 // Flush writes every dirty block to the backing device and holds the volume in writethrough, so
@@ -148,32 +145,19 @@ func (e *Engine) Flush(ctx context.Context, v Volume, timeout time.Duration, pro
 	if o.BackingReg == nil || o.BackingReg.Device == "" {
 		return nil, fmt.Errorf("volume %s is not running on this host", v.Name)
 	}
-	return e.holdAndFlush(ctx, v, o, timeout, progress, nil)
-}
-
-// holdAndFlush holds the volume in writethrough and flushes it (flush).
-func (e *Engine) holdAndFlush(ctx context.Context, v Volume, o *Observation, timeout time.Duration, progress func(FlushProgress), swept func() bool) (*FlushResult, error) {
 	// The hold goes first, so that an apply running meanwhile does not restore writeback.
 	if err := e.setHold(v, true); err != nil {
 		return nil, err
 	}
-	res, err := e.flush(ctx, v, o, timeout, progress, swept)
+	res, err := e.flush(ctx, v, o, timeout, progress)
 	if res != nil {
 		res.Held = true
 	}
 	return res, err
 }
 
-// sweptPoll is how often a flush that may end swept reads bcache's btree dump at most: a reading
-// goes over every key of the cache set, too much for flushPoll. The pause after a reading is
-// also at least twice as long as the reading took, so that a large set's dump leaves the CPU to
-// the database more than half the time.
-const sweptPoll = time.Second
-
-// flush is the blocking flush itself; the caller decides about holds. It ends when bcache says
-// the volume is clean or, when swept is not nil, as soon as swept says what the caller needed
-// written back is.
-func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout time.Duration, progress func(FlushProgress), swept func() bool) (*FlushResult, error) {
+// flush is the blocking flush itself; the caller decides about holds.
+func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout time.Duration, progress func(FlushProgress)) (*FlushResult, error) {
 	dir := o.BackingReg.Sysfs
 	// Measured before writeback is unleashed, so the rate covers all of it.
 	first, _ := readDirty(dir)
@@ -191,7 +175,7 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 
 	start := time.Now()
 	last, lastAt := first, start
-	reported, sweptReadAt, sweptPause, sweptEnd := time.Time{}, start, sweptPoll, false
+	reported := time.Time{}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	// Poll often enough to time short flushes well; report progress about once a second.
@@ -215,12 +199,6 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 			last, lastAt, reported = dirty, now, now
 			progress(p)
 		}
-		if !done && swept != nil && now.Sub(sweptReadAt) >= sweptPause {
-			sweptEnd = swept()
-			done = sweptEnd
-			sweptReadAt = time.Now()
-			sweptPause = max(sweptPoll, 2*sweptReadAt.Sub(now))
-		}
 		// "clean" comes only after a full scan finds no dirty keys; "no cache" has none to flush.
 		return done, nil
 	})
@@ -229,13 +207,9 @@ func (e *Engine) flush(ctx context.Context, v Volume, o *Observation, timeout ti
 		return nil, fmt.Errorf("%w; %s of dirty data left, volume held in writethrough", err, humanSize(left))
 	}
 	elapsed := time.Since(start)
-	res := &FlushResult{FlushedBytes: first, Duration: elapsed, Swept: sweptEnd}
-	if sweptEnd {
-		left, _ := readDirty(dir)
-		res.FlushedBytes = max(first-left, 0)
-	}
+	res := &FlushResult{FlushedBytes: first, Duration: elapsed}
 	if elapsed > 0 {
-		res.BytesPerSecond = float64(res.FlushedBytes) / elapsed.Seconds()
+		res.BytesPerSecond = float64(first) / elapsed.Seconds()
 	}
 	return res, nil
 }
@@ -253,11 +227,6 @@ func (e *Engine) Release(ctx context.Context, v Volume) (*Result, error) {
 // `flashcache node flush --pass`): when dirty data is present, flush it all in writethrough and go
 // back to the configured mode. A volume held by a drain stays held.
 func (e *Engine) FlushPass(ctx context.Context, v Volume, timeout time.Duration) (*FlushResult, error) {
-	return e.flushPass(ctx, v, timeout, nil)
-}
-
-// flushPass is FlushPass, ending early when swept, not nil, says so.
-func (e *Engine) flushPass(ctx context.Context, v Volume, timeout time.Duration, swept func() bool) (*FlushResult, error) {
 	o, err := e.Observe(ctx, v)
 	if err != nil {
 		return nil, err
@@ -269,7 +238,7 @@ func (e *Engine) flushPass(ctx context.Context, v Volume, timeout time.Duration,
 		return &FlushResult{Held: e.held(v)}, nil
 	}
 	wasHeld := e.held(v)
-	res, err := e.holdAndFlush(ctx, v, o, timeout, nil, swept)
+	res, err := e.Flush(ctx, v, timeout, nil)
 	if err != nil || wasHeld {
 		return res, err
 	}

@@ -107,7 +107,6 @@ type PassReport struct {
 	Ended   bool `json:"ended,omitempty"`
 	// Swept is true when the pass ended with the volume still dirty: every extent dirty when it
 	// began was written back (bcache's btree dump said so), and what is dirty now was written since.
-	// A pass finished in writethrough ends so too when the dump can be read.
 	Swept                    bool          `json:"swept,omitempty"`
 	FinishedInWritethrough   bool          `json:"finishedInWritethrough,omitempty"`
 	StartedAt                time.Time     `json:"startedAt,omitzero"`
@@ -131,17 +130,15 @@ type PassReport struct {
 // clean, as bcache says clean only after a full scan of its index found nothing dirty. A pass
 // that has done neither after its limit (half a flush period, and at least passLimitFloor) is
 // finished by the blocking flush, in writethrough: a workload that dirties data faster than the
-// backing disk writes it back would otherwise keep a pass from ever ending. That flush too ends
-// as soon as the extents dirty at the pass's start are written back, where the dump can be read,
-// and the volume goes back to writeback still dirty with what was written since. Data
+// backing disk writes it back would otherwise keep a pass from ever ending. Data
 // written at t is therefore on the backing disk by t + DirtyAgeBound (the flush period, from two
 // minutes up), plus the blocking flush's length when a pass needed it, plus the interval at which
 // the caller runs Converge.
 //
 // A new want.FlushRequest starts a pass now if the volume is dirty. A pass under way covers only
 // what was dirty at its start, so the request's replaces it, within that one's limit; a request
-// that comes as a pass reaches its limit is served by the writethrough finish, which then waits
-// for clean. A request is honoured once, whatever the volume looked like then.
+// that comes as a pass reaches its limit is served by the writethrough finish, which flushes
+// everything. A request is honoured once, whatever the volume looked like then.
 func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.Time) (*Result, *PassReport, error) {
 	st, err := e.loadState(v)
 	if err != nil {
@@ -203,18 +200,6 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 	case passFinishInWritethrough:
 		e.Log.Info("flush pass did not write back what was dirty at its start within its limit: finishing it in writethrough", "volume", v.Name,
 			"startedAt", st.Pass.StartedAt, "dirty", res.Status.DirtyBytes, "startExtentsWrittenBack", sweep.swept)
-		pass, status := st.Pass, res.Status
-		var startExtentsSwept func() bool
-		if sweep.swept >= 0 && !requested {
-			// The age bound needs only the data dirty at the pass's start on the backing disk:
-			// the writethrough lasts until the sweep has passed the last of it, not until clean,
-			// which would also wait for all that was dirtied behind the sweep since. That is the
-			// next pass's to write back, in writeback.
-			startExtentsSwept = func() bool {
-				swept, _ := e.passSwept(v, pass, status)
-				return swept
-			}
-		}
 		// The pass ends here, so that the apply at the end of the blocking flush restores the
 		// spec's throttle rather than the pass's.
 		st.Pass = nil
@@ -222,19 +207,13 @@ func (e *Engine) Converge(ctx context.Context, v Volume, want Desired, now time.
 			return res, pr, err
 		}
 		stateChanged = false
-		flushed, err := e.flushPass(ctx, v, DowngradeFlushTimeout, startExtentsSwept)
+		flushed, err := e.FlushPass(ctx, v, DowngradeFlushTimeout)
 		if err != nil {
 			return res, pr, fmt.Errorf("finishing the flush pass in writethrough: %w", err)
 		}
-		pr.Ended, pr.FinishedInWritethrough, pr.Swept, pr.WritethroughFlushSeconds = true, true, flushed.Swept, flushed.Duration.Seconds()
-		switch {
-		case flushed.Swept && pass.StartedAt.After(st.CleanSeenAt):
-			// Nothing dirty now was written before the pass began.
-			st.CleanSeenAt, stateChanged = pass.StartedAt, true
-		case !flushed.Swept:
-			// The blocking flush ended with the volume clean.
-			st.CleanSeenAt, stateChanged = now.Add(flushed.Duration), true
-		}
+		pr.Ended, pr.FinishedInWritethrough, pr.WritethroughFlushSeconds = true, true, flushed.Duration.Seconds()
+		// The blocking flush ended with the volume clean.
+		st.CleanSeenAt, stateChanged = now.Add(flushed.Duration), true
 		if res.Status, err = e.Status(ctx, v); err != nil {
 			return res, pr, err
 		}
