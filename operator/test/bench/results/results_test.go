@@ -231,8 +231,8 @@ func TestParsePassLog(t *testing.T) {
 	log := "2026-12-01T16:00:00Z\tINFO\tflush pass started\t{\"reason\": \"flushPeriod\"}\n" +
 		"2026-12-01T16:00:20Z\tINFO\tflush pass: write limit\t{\"volume\": \"db\", \"bytesPerSecond\": 5872025, \"was\": 0}\n" +
 		"2026-12-01T16:02:30Z\tINFO\tflush pass did not write back what was dirty at its start within its limit: finished in writethrough\t{\"took\": \"2m30s\"}\n" +
-		"2026-12-01T16:05:30Z\tINFO\tflush pass finished in writethrough\t{\"took\": \"2m31s\", \"writethroughSeconds\": 12.5, \"swept\": true}\n" +
 		"2026-12-01T16:03:00Z\tINFO\tflush pass done\t{\"swept\": true}\n" +
+		"2026-12-01T16:05:30Z\tINFO\tflush pass did not write back what was dirty at its start within its limit: finished in writethrough\t{\"took\": \"2m31s\", \"writethroughSeconds\": 12.5}\n" +
 		"2026-12-01T16:04:00Z\tINFO\tflush pass: write limit lifted\t{\"volume\": \"db\", \"was\": 4110417}\n"
 	var run OLTPRun
 	ParsePassLog(&run, log)
