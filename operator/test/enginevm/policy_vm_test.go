@@ -46,12 +46,15 @@ dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
 rm -f /var/lib/flashcache/state/vol-a.json /root/run.log
 now() { date +%%s.%%N; }
 start_loop() { nohup flashcache node run --config $cfg --interval %[1]ds --metrics-bind-address 127.0.0.1:8090 >>/root/run.log 2>&1 & echo $! >/root/run.pid; }
+writer=""
+trap 'kill $writer 2>/dev/null || true; [ -f /root/run.pid ] && kill $(cat /root/run.pid) 2>/dev/null || true' EXIT
+loop_started=$(now); start_loop
+# The loop's first round sees the volume clean, which the exported age counts from: a writer
+# that came first, on a loaded host, left it with no age to export.
+for i in $(seq 100); do [ -s /var/lib/flashcache/state/vol-a.json ] && break; sleep 0.2; done
 # Busy, so bcache never sees the set idle (idle, it writes back at full speed by itself).
 ( while :; do dd if=/dev/urandom of=/dev/flashcache/vol-a bs=4k count=1 seek=$(( (RANDOM * 32768 + RANDOM) %% 262144 )) oflag=direct status=none; sleep 2; done ) &
 writer=$!
-trap 'kill $writer 2>/dev/null || true; [ -f /root/run.pid ] && kill $(cat /root/run.pid) 2>/dev/null || true' EXIT
-loop_started=$(now); start_loop
-for i in $(seq 100); do [ -s /var/lib/flashcache/state/vol-a.json ] && break; sleep 0.2; done
 # What the backing disk has written (sectors), and the writeback rate floor and target, over time.
 hdd=$(basename $(readlink -f %[4]s))
 sample() { echo "$(now) $(awk '{print $7}' /sys/block/$hdd/stat) $(cat $bc/writeback_rate_minimum) $(cat $bc/writeback_percent)" >> /root/age-samples; }
