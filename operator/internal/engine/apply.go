@@ -84,7 +84,10 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	}
 	want = e.desired(v, want)
 	wantsWriteback := v.Spec.EffectiveMode() == fcv1.CacheModeWriteback
-	check := e.lastCheck(ctx, v)
+	check, err := e.lastCheck(ctx, v)
+	if err != nil {
+		return res, err
+	}
 	want.SafetyWritethrough = WritebackRefused(v, check)
 	o, err := e.converge(ctx, v, want, observed, res)
 	var lost *CacheLostError
@@ -94,10 +97,14 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 	if err != nil {
 		return res, err
 	}
-	if check != nil && e.lastCheck(ctx, v) == nil {
-		// The steps changed a device the check judged (a carved volume grown onto more of its
-		// pool's disks): judged again now, not at the next run.
-		check = nil
+	if check != nil {
+		if again, err := e.lastCheck(ctx, v); err != nil {
+			return res, err
+		} else if again == nil {
+			// The steps changed a device the check judged (a carved volume grown onto more of its
+			// pool's disks): judged again now, not at the next run.
+			check = nil
+		}
 	}
 	if wantsWriteback && check == nil {
 		// On converge's last observation: nothing has changed since, and under emulation another

@@ -189,20 +189,26 @@ func (e *Engine) wear(ctx context.Context, d blockdev.Device, maxPercent int) *s
 
 // lastCheck returns this boot's last check of the volume, if any, as long as it is of the
 // devices the spec names now: a same-named volume rebuilt on other disks, a replaced SSD or a
-// changed backing path is checked again.
-func (e *Engine) lastCheck(ctx context.Context, v Volume) *CheckReport {
+// changed backing path is checked again. A backing LUN whose session is lost cannot be compared:
+// that is an error, not "no check", which would make Apply write the safe mode into the kernel,
+// a superblock write that waits on the lost session for its whole recovery timeout.
+func (e *Engine) lastCheck(ctx context.Context, v Volume) (*CheckReport, error) {
 	b, err := os.ReadFile(e.checkFile(v))
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	var rep CheckReport
-	if json.Unmarshal(b, &rep) != nil || rep.BootID != bootID() || !e.sameDevices(ctx, v, &rep) {
-		return nil
+	if json.Unmarshal(b, &rep) != nil || rep.BootID != bootID() {
+		return nil, nil
+	}
+	same, err := e.sameDevices(ctx, v, &rep)
+	if err != nil || !same {
+		return nil, err
 	}
 	// The policy may have changed since; the measurements have not.
 	rep.Policy = string(v.Spec.Safety.EffectivePolicy())
 	rep.WritebackAllowed = writebackAllowed(v, &rep)
-	return &rep
+	return &rep, nil
 }
 
 // writebackAllowed is what the spec's policy makes of a check: Warn allows writeback whatever
@@ -212,27 +218,32 @@ func writebackAllowed(v Volume, rep *CheckReport) bool {
 	return v.Spec.Safety.EffectivePolicy() == fcv1.SafetyPolicyWarn || (rep.Verdict == safety.Safe && !rep.Worn)
 }
 
-// sameDevices says whether the devices the spec names now are those rep judged.
-func (e *Engine) sameDevices(ctx context.Context, v Volume, rep *CheckReport) bool {
+// sameDevices says whether the devices the spec names now are those rep judged; it fails only
+// when the backing LUN's session is lost.
+func (e *Engine) sameDevices(ctx context.Context, v Volume, rep *CheckReport) (bool, error) {
 	cache, err := blockdev.Inspect(v.CachePath())
 	if err != nil {
-		return false
+		return false, nil
 	}
 	backing, err := e.backingDevice(ctx, v)
+	var lost *SessionLostError
+	if errors.As(err, &lost) {
+		return false, err
+	}
 	if err != nil {
-		return false
+		return false, nil
 	}
 	now := map[string]blockdev.Device{"cache": cache, "backing": backing}
 	if len(rep.Devices) != len(now) {
-		return false
+		return false, nil
 	}
 	for _, c := range rep.Devices {
 		d, ok := now[c.Role]
 		if !ok || !c.isOf(d) {
-			return false
+			return false, nil
 		}
 	}
-	return true
+	return true, nil
 }
 
 func (c DeviceCheck) isOf(d blockdev.Device) bool {

@@ -278,7 +278,10 @@ type WearReading struct {
 // check this boot there is nothing to update: the check reads the wear itself.
 func (e *Engine) watchWear(ctx context.Context, v Volume, st *State, now time.Time, observed *Observation) (*WearReading, error) {
 	interval := v.Spec.Safety.EffectiveWearCheckInterval()
-	check := e.lastCheck(ctx, v)
+	check, err := e.lastCheck(ctx, v)
+	if err != nil {
+		return nil, err
+	}
 	if interval <= 0 || check == nil {
 		return nil, nil
 	}

@@ -105,8 +105,19 @@ spec:
 		if err := vm.SetISCSITargetEnabled(ctx, san, false); err != nil {
 			t.Fatal(err)
 		}
+		enabled := false
+		defer func() {
+			// A failure below must not leave the target away: the next step deletes the volume.
+			if !enabled {
+				if err := vm.SetISCSITargetEnabled(ctx, san, true); err != nil {
+					t.Error(err)
+				}
+			}
+		}()
 		began := time.Now()
-		got := waitSAN(t, 2*time.Minute, "Degraded=True, ISCSISessionLost", func(f *fcv1.FlashCacheVolume) bool {
+		// The kernel holds I/O to a lost LUN for 120 s (the session's recovery timeout): a run that
+		// was writing a superblock then (a cache mode change) reports the loss only after it.
+		got := waitSAN(t, 3*time.Minute, "Degraded=True, ISCSISessionLost", func(f *fcv1.FlashCacheVolume) bool {
 			d := condition(f, fcv1.ConditionDegraded)
 			return d.Status == metav1.ConditionTrue && d.Reason == fcv1.ReasonISCSISessionLost
 		})
@@ -118,6 +129,7 @@ spec:
 		if err := vm.SetISCSITargetEnabled(ctx, san, true); err != nil {
 			t.Fatal(err)
 		}
+		enabled = true
 		began = time.Now()
 		got = waitSAN(t, 3*time.Minute, "Ready again, Degraded=False", func(f *fcv1.FlashCacheVolume) bool {
 			return f.Status.Phase == fcv1.PhaseReady && condition(f, fcv1.ConditionDegraded).Status == metav1.ConditionFalse
