@@ -98,9 +98,11 @@ func (e *Engine) Apply(ctx context.Context, v Volume, want Desired) (*Result, er
 		return res, err
 	}
 	if check != nil {
-		if again, err := e.lastCheck(ctx, v); err != nil {
+		again, err := e.lastCheck(ctx, v)
+		if err != nil {
 			return res, err
-		} else if again == nil {
+		}
+		if again == nil {
 			// The steps changed a device the check judged (a carved volume grown onto more of its
 			// pool's disks): judged again now, not at the next run.
 			check = nil
