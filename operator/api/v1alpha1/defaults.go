@@ -20,6 +20,9 @@ const (
 	// DefaultBackingWritebackThrottling is Disabled: with wbt on, commits wait behind bcache's
 	// writeback (docs/benchmarks/results/README.md).
 	DefaultBackingWritebackThrottling = WritebackThrottlingDisabled
+	// DefaultCacheCongestionBypass is Disabled: under load bcache judged the SSD congested and sent
+	// hot reads to the HDD (docs/benchmarks/results/README.md).
+	DefaultCacheCongestionBypass = CongestionBypassDisabled
 	// DefaultBucketSizeBytes is make-bcache's own default.
 	DefaultBucketSizeBytes   int64 = 512 << 10
 	DefaultSafetyPolicy            = SafetyPolicyEnforce
@@ -105,19 +108,30 @@ func (s *FlashCacheVolumeSpec) EffectiveReplacementPolicy() ReplacementPolicy {
 
 // EffectiveBackingWritebackThrottling is spec.backingWritebackThrottling, or its default.
 func (s *FlashCacheVolumeSpec) EffectiveBackingWritebackThrottling() WritebackThrottling {
-	return s.BackingWritebackThrottling.orDefault()
+	return orDefault(s.BackingWritebackThrottling, DefaultBackingWritebackThrottling)
 }
 
 // EffectiveBackingWritebackThrottling is spec.backingWritebackThrottling, or its default.
 func (s *FlashCachePoolSpec) EffectiveBackingWritebackThrottling() WritebackThrottling {
-	return s.BackingWritebackThrottling.orDefault()
+	return orDefault(s.BackingWritebackThrottling, DefaultBackingWritebackThrottling)
 }
 
-func (w WritebackThrottling) orDefault() WritebackThrottling {
-	if w == "" {
-		return DefaultBackingWritebackThrottling
+// orDefault is an enum field's value, or def when it is unset.
+func orDefault[T ~string](value, def T) T {
+	if value == "" {
+		return def
 	}
-	return w
+	return value
+}
+
+// EffectiveCacheCongestionBypass is spec.cacheCongestionBypass, or its default.
+func (s *FlashCacheVolumeSpec) EffectiveCacheCongestionBypass() CongestionBypass {
+	return orDefault(s.CacheCongestionBypass, DefaultCacheCongestionBypass)
+}
+
+// EffectiveCacheCongestionBypass is spec.cacheCongestionBypass, or its default.
+func (s *FlashCachePoolSpec) EffectiveCacheCongestionBypass() CongestionBypass {
+	return orDefault(s.CacheCongestionBypass, DefaultCacheCongestionBypass)
 }
 
 // EffectivePolicy is spec.safety.policy, or its default.

@@ -20,6 +20,7 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 		{"replacementPolicy", s.EffectiveReplacementPolicy(), DefaultReplacementPolicy},
 		{"cacheDevice.bucketSize", s.EffectiveBucketSizeBytes(), DefaultBucketSizeBytes},
 		{"backingWritebackThrottling", s.EffectiveBackingWritebackThrottling(), DefaultBackingWritebackThrottling},
+		{"cacheCongestionBypass", s.EffectiveCacheCongestionBypass(), DefaultCacheCongestionBypass},
 		{"safety.policy", s.Safety.EffectivePolicy(), DefaultSafetyPolicy},
 		{"safety.maxWearPercent", s.Safety.EffectiveMaxWearPercent(), DefaultMaxWearPercent},
 		{"safety.wearCheckInterval", s.Safety.EffectiveWearCheckInterval(), DefaultWearCheckInterval},
@@ -31,6 +32,9 @@ func TestEffectiveValuesOfAnEmptySpecAreTheDefaults(t *testing.T) {
 	var pool FlashCachePoolSpec
 	if got := pool.EffectiveBackingWritebackThrottling(); got != DefaultBackingWritebackThrottling {
 		t.Errorf("pool's backingWritebackThrottling: %v, want %v", got, DefaultBackingWritebackThrottling)
+	}
+	if got := pool.EffectiveCacheCongestionBypass(); got != DefaultCacheCongestionBypass {
+		t.Errorf("pool's cacheCongestionBypass: %v, want %v", got, DefaultCacheCongestionBypass)
 	}
 	zero, off := int32(0), false
 	s.DirtyThresholdPercent, s.CacheSequentialUntilFull = &zero, &off

@@ -71,6 +71,14 @@ type FlashCachePoolSpec struct {
 	// +kubebuilder:default=Disabled
 	BackingWritebackThrottling WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
 
+	// cacheCongestionBypass is bcache's congestion bypass on the pool's cache set, as a volume's own
+	// field of that name is on its cache set: Disabled (the default) sets the set's congestion
+	// thresholds to 0, so no read or write goes around the SSD for its latency; Kernel sets the
+	// kernel's 2 ms for reads and 20 ms for writes. It is the pool's, for all its volumes.
+	// +optional
+	// +kubebuilder:default=Disabled
+	CacheCongestionBypass CongestionBypass `json:"cacheCongestionBypass,omitempty"`
+
 	// wipe is consent to erase existing signatures on the named devices. Absent, a device that
 	// carries anything but this pool's own cache set or volume group is refused.
 	// +optional

@@ -43,6 +43,19 @@ const (
 	WritebackThrottlingKernel WritebackThrottling = "Kernel"
 )
 
+// CongestionBypass is whether bcache sends I/O around a cache set it judges congested.
+// +kubebuilder:validation:Enum=Disabled;Kernel
+type CongestionBypass string
+
+// Congestion bypass settings.
+const (
+	// CongestionBypassDisabled writes 0 to the cache set's congested_read_threshold_us and
+	// congested_write_threshold_us: bcache never goes around the cache for its latency.
+	CongestionBypassDisabled CongestionBypass = "Disabled"
+	// CongestionBypassKernel sets the kernel's own thresholds: 2 ms for reads, 20 ms for writes.
+	CongestionBypassKernel CongestionBypass = "Kernel"
+)
+
 // FlushThrottle is what a flush pass that falls behind does to the writers of the volume before
 // its limit.
 // +kubebuilder:validation:Enum=Disabled;Proportional
@@ -397,6 +410,17 @@ type FlashCacheVolumeSpec struct {
 	// +optional
 	// +kubebuilder:default=Disabled
 	BackingWritebackThrottling WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
+
+	// cacheCongestionBypass is bcache's own congestion bypass: with Kernel, bcache sends reads and
+	// writes around the cache set, to the backing disk, while the cache's average latency is above
+	// 2 ms for reads or 20 ms for writes, so a hot block is read from the HDD while the SSD is busy.
+	// Disabled (the default) sets both thresholds to 0: every read that hits and every write is
+	// served by the SSD, as a database on a cache expects (docs/operations.md). It is the cache
+	// set's setting, not the volume's: the engine sets it again after a reboot. A volume carved from
+	// a pool leaves it to the pool's field of the same name: the pool's volumes share its cache set.
+	// +optional
+	// +kubebuilder:default=Disabled
+	CacheCongestionBypass CongestionBypass `json:"cacheCongestionBypass,omitempty"`
 
 	// volume says how the device is offered as a PersistentVolume.
 	// +optional

@@ -77,6 +77,9 @@ func TestPoolDefaultsAreFilledByTheAPIServer(t *testing.T) {
 	if got.Spec.BackingWritebackThrottling != fcv1.DefaultBackingWritebackThrottling {
 		t.Errorf("backingWritebackThrottling = %q, want %q", got.Spec.BackingWritebackThrottling, fcv1.DefaultBackingWritebackThrottling)
 	}
+	if got.Spec.CacheCongestionBypass != fcv1.DefaultCacheCongestionBypass {
+		t.Errorf("cacheCongestionBypass = %q, want %q", got.Spec.CacheCongestionBypass, fcv1.DefaultCacheCongestionBypass)
+	}
 }
 
 // expectInvalid creates u and wants the API server to refuse it naming field, with contains in
@@ -108,6 +111,7 @@ func TestInvalidPoolsAreRejectedNamingTheField(t *testing.T) {
 		{"kernel name as cache device", set("/dev/nvme0n1", "spec", "cacheDevice", "path"), "spec.cacheDevice.path", "/dev/disk/by-"},
 		{"unknown replacement policy", set("mru", "spec", "replacementPolicy"), "spec.replacementPolicy", "lru"},
 		{"unknown writeback throttling", set("Off", "spec", "backingWritebackThrottling"), "spec.backingWritebackThrottling", "Disabled"},
+		{"congestion bypass as a threshold", set(int64(2000), "spec", "cacheCongestionBypass"), "spec.cacheCongestionBypass", "string"},
 		{"bucket size not a power of two", set("3Mi", "spec", "cacheDevice", "bucketSize"), "spec.cacheDevice.bucketSize", "power of two from 4Ki to 16Mi"},
 		{"name not a DNS label", set("Pool_A", "metadata", "name"), "metadata.name", "DNS label"},
 	}

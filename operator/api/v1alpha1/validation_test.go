@@ -121,7 +121,7 @@ func TestKubectlInstalledCRDIsClusterScopedWithShortNameAndColumns(t *testing.T)
 func TestKubectlExplainShowsDocumentedFields(t *testing.T) {
 	cases := map[string][]string{
 		"fcv.spec": {"nodeName", "cacheDevice", "backingDevice", "mode", "dirtyThresholdPercent", "flushPeriod", "flushThrottle",
-			"sequentialCutoff", "replacementPolicy", "volume", "safety", "wipe", "deletionPolicy",
+			"sequentialCutoff", "replacementPolicy", "cacheCongestionBypass", "volume", "safety", "wipe", "deletionPolicy",
 			"writeback_percent", "consent"},
 		"fcv.spec.cacheDevice":         {"path", "overProvisionPercent", "spare area", "/dev/disk/by-id/"},
 		"fcv.spec.backingDevice.iscsi": {"portal", "iqn", "lun", "chapSecretRef", "never logged"},
@@ -194,6 +194,7 @@ func TestDefaultsAreFilledByTheAPIServer(t *testing.T) {
 		{"replacementPolicy", s.ReplacementPolicy, fcv1.DefaultReplacementPolicy},
 		{"cacheDevice.bucketSize", s.CacheDevice.BucketSize.Value(), fcv1.DefaultBucketSizeBytes},
 		{"backingWritebackThrottling", s.BackingWritebackThrottling, fcv1.DefaultBackingWritebackThrottling},
+		{"cacheCongestionBypass", s.CacheCongestionBypass, fcv1.DefaultCacheCongestionBypass},
 		{"volume.storageClassName", s.Volume.StorageClassName, "flashcache"},
 		{"volume.volumeMode", string(s.Volume.VolumeMode), "Filesystem"},
 		{"volume.fsType", s.Volume.FSType, fcv1.FileSystemType("xfs")},
@@ -267,6 +268,7 @@ func TestInvalidSpecsAreRejectedNamingTheField(t *testing.T) {
 		{"unknown mode", set("writeabout", "spec", "mode"), "spec.mode", "writeback"},
 		{"unknown replacement policy", set("mru", "spec", "replacementPolicy"), "spec.replacementPolicy", "lru"},
 		{"unknown writeback throttling", set("on", "spec", "backingWritebackThrottling"), "spec.backingWritebackThrottling", "Kernel"},
+		{"unknown congestion bypass", set("Off", "spec", "cacheCongestionBypass"), "spec.cacheCongestionBypass", "Disabled"},
 		{"kernel name as cache device", set("/dev/nvme0n1", "spec", "cacheDevice", "path"), "spec.cacheDevice.path", "/dev/disk/by-"},
 		{"dot-dot in device path", set("/dev/disk/by-id/../../sda", "spec", "backingDevice", "path"), "spec.backingDevice.path", "/dev/disk/by-"},
 		{"by-uuid is not stable for a device we format", set("/dev/disk/by-uuid/1234", "spec", "backingDevice", "path"), "spec.backingDevice.path", "/dev/disk/by-"},
@@ -364,6 +366,7 @@ func TestImmutableFieldsAreRejectedOnUpdate(t *testing.T) {
 		{"sequential cutoff", set("0", "spec", "sequentialCutoff"), ""},
 		{"replacement policy", set("fifo", "spec", "replacementPolicy"), ""},
 		{"writeback throttling", set("Kernel", "spec", "backingWritebackThrottling"), ""},
+		{"congestion bypass", set("Kernel", "spec", "cacheCongestionBypass"), ""},
 		{"reclaim policy", set("Delete", "spec", "volume", "reclaimPolicy"), ""},
 		{"safety policy", set("Warn", "spec", "safety", "policy"), ""},
 		{"deletion policy", set("Orphan", "spec", "deletionPolicy"), ""},

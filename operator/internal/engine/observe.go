@@ -73,7 +73,8 @@ var backingKnobs = []string{"cache_mode", "writeback_percent", "writeback_delay"
 	"stop_when_cache_set_failed", "io_error_limit", "io_errors"}
 
 // cacheKnobs are the cache device's tunables the engine manages; set/ is its cache set's folder.
-var cacheKnobs = []string{"cache_replacement_policy", "set/errors", "set/io_error_limit", "set/internal/copy_gc_enabled", "io_errors"}
+var cacheKnobs = []string{"cache_replacement_policy", "set/errors", "set/io_error_limit", "set/internal/copy_gc_enabled",
+	"set/congested_read_threshold_us", "set/congested_write_threshold_us", "io_errors"}
 
 // backingKnobValues reads the tunables of a registered backing device; nil when it is not.
 func backingKnobValues(reg *blockdev.BackingRegistration) map[string]string {

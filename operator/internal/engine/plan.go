@@ -263,7 +263,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	}
 
 	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
-	for _, t := range cacheTunables(v.Spec.EffectiveReplacementPolicy()) {
+	for _, t := range cacheTunables(v.Spec.EffectiveReplacementPolicy(), v.Spec.EffectiveCacheCongestionBypass()) {
 		if have := o.CacheKnobs[t.name]; !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
 		}
@@ -627,9 +627,19 @@ const (
 	cacheIOErrorLimit   = "8"
 )
 
+// The kernel's congestion thresholds (bcache's cache_set_alloc), for cacheCongestionBypass Kernel.
+const (
+	kernelCongestedReadUsec  = "2000"
+	kernelCongestedWriteUsec = "20000"
+)
+
 // cacheTunables are the cache device's and its cache set's knobs, with the replacement policy
-// the volume or the pool wants.
-func cacheTunables(policy fcv1.ReplacementPolicy) []tunable {
+// and the congestion bypass the volume or the pool wants.
+func cacheTunables(policy fcv1.ReplacementPolicy, bypass fcv1.CongestionBypass) []tunable {
+	readUsec, writeUsec := "0", "0"
+	if bypass == fcv1.CongestionBypassKernel {
+		readUsec, writeUsec = kernelCongestedReadUsec, kernelCongestedWriteUsec
+	}
 	return []tunable{
 		{"cache_replacement_policy", string(policy), choice(string(policy))},
 		// A failed cache set is unregistered, never a kernel panic: one volume's SSD must not take
@@ -640,12 +650,21 @@ func cacheTunables(policy fcv1.ReplacementPolicy) []tunable {
 		// extents to other places on the cache, and a pass that reads where the extents dirty at
 		// its start lie (passSwept) would take one moved for one written back. A kernel without
 		// the knob has nothing to set.
-		{"set/internal/copy_gc_enabled", "0", func(have string) bool { return have == "0" || have == "" }},
+		{"set/internal/copy_gc_enabled", "0", exactOrAbsent("0")},
+		// While the cache's average latency is over a threshold bcache sends I/O to the backing
+		// disk instead; 0 turns that off. A kernel without the knobs has no such bypass.
+		{"set/congested_read_threshold_us", readUsec, exactOrAbsent(readUsec)},
+		{"set/congested_write_threshold_us", writeUsec, exactOrAbsent(writeUsec)},
 	}
 }
 
 func exact(value string) func(string) bool {
 	return func(have string) bool { return have == value }
+}
+
+// exactOrAbsent also matches a knob the kernel does not have: there is nothing to set.
+func exactOrAbsent(value string) func(string) bool {
+	return func(have string) bool { return have == value || have == "" }
 }
 
 // choice matches a sysfs list such as "[auto] always" whose active entry is value.

@@ -64,6 +64,20 @@ func converged(v Volume) *Observation {
 	return o
 }
 
+// plannedSteps is the plan for v on o, each step as it is logged, joined by "; ".
+func plannedSteps(t *testing.T, v Volume, o *Observation) string {
+	t.Helper()
+	steps, err := Plan(v, o, Desired{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range steps {
+		got = append(got, s.String())
+	}
+	return strings.Join(got, "; ")
+}
+
 func kinds(steps []Step) string {
 	var k []string
 	for _, s := range steps {
@@ -559,15 +573,7 @@ func TestPlanTurnsTheBackingDisksWritebackThrottlingOffByDefault(t *testing.T) {
 		{fcv1.WritebackThrottlingKernel, "20000", ""}, // someone's own target is left alone
 	} {
 		v.Spec.BackingWritebackThrottling, o.Backing.WritebackThrottlingUsec = c.setting, c.have
-		steps, err := Plan(v, o, Desired{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, s := range steps {
-			got = append(got, s.String())
-		}
-		if strings.Join(got, "; ") != c.want {
+		if got := plannedSteps(t, v, o); got != c.want {
 			t.Errorf("%q with wbt_lat_usec %q: steps %q, want %q", c.setting, c.have, got, c.want)
 		}
 	}
@@ -586,6 +592,33 @@ func TestPlanTurnsBcachesCopyingGarbageCollectorOff(t *testing.T) {
 		}
 		if got := kinds(steps); got != want {
 			t.Errorf("copy_gc_enabled %q: steps %q, want %q", have, got, want)
+		}
+	}
+}
+
+// bcache sends reads to the backing disk while the cache's average read latency is over 2 ms;
+// by default the engine sets both congestion thresholds to 0, and Kernel gives the kernel's back.
+func TestPlanSetsTheCacheSetsCongestionThresholds(t *testing.T) {
+	v := testVolume()
+	for _, c := range []struct {
+		setting     fcv1.CongestionBypass
+		read, write string
+		want        string // the steps, or "" for none
+	}{
+		{"", "2000", "20000", `set-cache-tunable /dev/nvme0n1p1: set/congested_read_threshold_us "2000" -> "0"; ` +
+			`set-cache-tunable /dev/nvme0n1p1: set/congested_write_threshold_us "20000" -> "0"`},
+		{fcv1.CongestionBypassDisabled, "0", "0", ""},
+		{fcv1.CongestionBypassDisabled, "", "", ""}, // a kernel without the knobs
+		{fcv1.CongestionBypassDisabled, "0", "500", `set-cache-tunable /dev/nvme0n1p1: set/congested_write_threshold_us "500" -> "0"`},
+		{fcv1.CongestionBypassKernel, "0", "0", `set-cache-tunable /dev/nvme0n1p1: set/congested_read_threshold_us "0" -> "2000"; ` +
+			`set-cache-tunable /dev/nvme0n1p1: set/congested_write_threshold_us "0" -> "20000"`},
+		{fcv1.CongestionBypassKernel, "2000", "20000", ""},
+	} {
+		o := converged(v)
+		o.CacheKnobs["set/congested_read_threshold_us"], o.CacheKnobs["set/congested_write_threshold_us"] = c.read, c.write
+		v.Spec.CacheCongestionBypass = c.setting
+		if got := plannedSteps(t, v, o); got != c.want {
+			t.Errorf("%q with thresholds %q/%q: steps %q, want %q", c.setting, c.read, c.write, got, c.want)
 		}
 	}
 }

@@ -188,7 +188,7 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 	if o.CacheReg == nil || !cacheSB {
 		steps = append(steps, Step{Kind: StepRegisterCache, Device: cachePart})
 	}
-	for _, t := range cacheTunables(p.Spec.EffectiveReplacementPolicy()) {
+	for _, t := range cacheTunables(p.Spec.EffectiveReplacementPolicy(), p.Spec.EffectiveCacheCongestionBypass()) {
 		if have := o.CacheKnobs[t.name]; !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
 		}

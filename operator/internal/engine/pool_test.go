@@ -391,3 +391,29 @@ func TestALostPoolCacheNamesThePoolAndItsField(t *testing.T) {
 		t.Errorf("a pool's lost SSD classified %+v", c)
 	}
 }
+
+// The cache set is the pool's: its congestion thresholds follow the pool's cacheCongestionBypass.
+func TestAPoolSetsItsCacheSetsCongestionThresholds(t *testing.T) {
+	p := testPool()
+	for _, c := range []struct {
+		setting fcv1.CongestionBypass
+		have    string
+		want    string
+	}{
+		{"", "2000", "set-cache-tunable:set/congested_read_threshold_us set-cache-tunable:set/congested_write_threshold_us"},
+		{fcv1.CongestionBypassKernel, "2000", ""},
+		{fcv1.CongestionBypassKernel, "0", "set-cache-tunable:set/congested_read_threshold_us set-cache-tunable:set/congested_write_threshold_us"},
+	} {
+		o := builtPool(p)
+		o.CacheKnobs["set/congested_read_threshold_us"] = c.have
+		o.CacheKnobs["set/congested_write_threshold_us"] = c.have + "0"
+		p.Spec.CacheCongestionBypass = c.setting
+		steps, err := PlanPool(p, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kinds(steps); got != c.want {
+			t.Errorf("%q with thresholds %s/%s0: steps %q, want %q", c.setting, c.have, c.have, got, c.want)
+		}
+	}
+}

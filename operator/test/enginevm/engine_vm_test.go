@@ -259,6 +259,15 @@ func (g *guest) queueWBT(t *testing.T, d vmharness.Disk) string {
 	return g.sh(t, "cat /sys/block/"+g.kernelName(t, d)+"/queue/wbt_lat_usec")
 }
 
+// congestionThresholds is a cache set's congested_read_threshold_us and congested_write_threshold_us.
+func (g *guest) congestionThresholds(t *testing.T, set string) string {
+	t.Helper()
+	if set == "" {
+		t.Fatal("no cache set in the volume's status")
+	}
+	return g.sh(t, "cd /sys/fs/bcache/"+set+" && echo $(cat congested_read_threshold_us) $(cat congested_write_threshold_us)")
+}
+
 func (g *guest) sysfsInt(t *testing.T, path string) int64 {
 	t.Helper()
 	v, err := strconv.ParseInt(g.sh(t, "cat "+path), 10, 64)
@@ -494,6 +503,11 @@ func testBuild(t *testing.T, g *guest) {
 	if got := g.sh(t, "cat /sys/class/block/"+disk+"p1/bcache/bucket_size"); got != "512.0k" {
 		t.Errorf("bucket_size = %q, want cacheDevice.bucketSize's default, 512.0k", got)
 	}
+	// cacheCongestionBypass's default: the kernel registers the set with 2000/20000 µs, the engine
+	// writes 0 to both, so bcache never sends a hit to the HDD for the SSD's latency.
+	if got := g.congestionThresholds(t, st.CacheSetUUID); got != "0 0" {
+		t.Errorf("cache set's congested read/write thresholds %q after apply, want \"0 0\" (cacheCongestionBypass: Disabled)", got)
+	}
 	if got := g.sh(t, "cat "+bc+"state"); got != "clean" {
 		t.Errorf("state = %q, want clean", got)
 	}
@@ -518,9 +532,9 @@ func testTunableChanges(t *testing.T, g *guest) {
 	g.volumeFile(t, "a2.yaml", "vol-a", cacheA.ByID()+", bucketSize: 64Ki", hddA.ByID(),
 		"  safety: {trustWriteCache: true, disableBackingWriteCache: true}\n"+
 			"  dirtyThresholdPercent: 25\n  sequentialCutoff: 1Mi\n  cacheSequentialUntilFull: false\n  replacementPolicy: fifo\n  mode: writearound\n"+
-			"  backingWritebackThrottling: Kernel\n")
+			"  backingWritebackThrottling: Kernel\n  cacheCongestionBypass: Kernel\n")
 	plan, _, _ := g.node(t, "plan", "a2.yaml")
-	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable disable-backing-write-cache set-backing-writeback-throttling" {
+	if plan.stepKinds() != "set-tunable set-tunable set-tunable set-cache-tunable set-cache-tunable set-cache-tunable disable-backing-write-cache set-backing-writeback-throttling" {
 		t.Errorf("plan = %q", plan.stepKinds())
 	}
 	r, code, stderr := g.node(t, "apply", "a2.yaml")
@@ -552,9 +566,16 @@ func testTunableChanges(t *testing.T, g *guest) {
 	if got := g.queueWBT(t, hddA); got == "0" || got == "" {
 		t.Errorf("wbt_lat_usec = %q with backingWritebackThrottling: Kernel, want the kernel's default", got)
 	}
+	set := r.Volumes[0].Status.CacheSetUUID
+	if got := g.congestionThresholds(t, set); got != "2000 20000" {
+		t.Errorf("congested read/write thresholds %q with cacheCongestionBypass: Kernel, want the kernel's \"2000 20000\"", got)
+	}
 	// Back to the defaults for the next steps.
 	if _, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 {
 		t.Fatalf("apply: exit %d\n%s", code, stderr)
+	}
+	if got := g.congestionThresholds(t, set); got != "0 0" {
+		t.Errorf("congested read/write thresholds %q back on the defaults, want \"0 0\"", got)
 	}
 	if got := g.queueWBT(t, hddA); got != "0" {
 		t.Errorf("wbt_lat_usec = %q back on the defaults, want 0", got)

@@ -163,6 +163,9 @@ func testPoolBuild(t *testing.T, g *guest) {
 	} else if got := g.sh(t, "cat /sys/fs/bcache/"+st.CacheSetUUID+"/bucket_size"); got != "64.0k" {
 		t.Errorf("cache set %s has buckets of %s, want the spec's %s", st.CacheSetUUID, got, poolBucketSize)
 	}
+	if got := g.congestionThresholds(t, st.CacheSetUUID); got != "0 0" {
+		t.Errorf("the pool's cache set has congested read/write thresholds %q, want \"0 0\" (cacheCongestionBypass: Disabled)", got)
+	}
 	if name := g.sh(t, "sfdisk --part-label /dev/"+ssd+" 1"); name != "fcp-db" {
 		t.Errorf("cache partition named %q, want fcp-db", name)
 	}

@@ -48,6 +48,8 @@ var schemaYAML = typed.YAMLObject(`types:
         scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheMode
   scalar: string
+- name: com.github.flashcache.flashcache.operator.api.v1alpha1.CongestionBypass
+  scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.DeletionPolicy
   scalar: string
 - name: com.github.flashcache.flashcache.operator.api.v1alpha1.DeviceStatus
@@ -132,6 +134,10 @@ var schemaYAML = typed.YAMLObject(`types:
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.WritebackThrottling
       default: Disabled
+    - name: cacheCongestionBypass
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CongestionBypass
+      default: Disabled
     - name: cacheDevice
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CacheDeviceSpec
@@ -207,6 +213,10 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: backingWritebackThrottling
       type:
         namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.WritebackThrottling
+      default: Disabled
+    - name: cacheCongestionBypass
+      type:
+        namedType: com.github.flashcache.flashcache.operator.api.v1alpha1.CongestionBypass
       default: Disabled
     - name: cacheDevice
       type:

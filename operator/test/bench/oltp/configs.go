@@ -12,7 +12,6 @@ import (
 	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/bench/results"
-	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
 
 // storage is one configuration of the comparison: how to build the volume on blank disks, and
@@ -231,8 +230,13 @@ func allStorages() []storage {
 		fc("flashcache-cutoff-4m", "cacheSequentialUntilFull false: the 4 MiB cutoff from the start, so the initial copy goes around the cache (the old default)",
 			"  cacheSequentialUntilFull: false\n"),
 		fc("flashcache-fifo", "defaults with replacementPolicy fifo (bcache's lru is the default)", "  replacementPolicy: fifo\n"),
-		withAfterApply(fc("flashcache-congestion-off", "defaults with bcache's congestion thresholds off: no read or write goes around a busy cache", ""),
-			"set=$(basename $(readlink -f /sys/block/$(basename $DEV)/bcache/cache))\n"+vmharness.CongestionOff("/sys/fs/bcache/$set")),
+		// On a slower host the emulated SSD's latency crossed bcache's 2-ms read threshold and bcache
+		// sent 786-1162 MiB a run around its own cache, to the HDD (results/README.md): the thresholds
+		// are 0 by default now (cacheCongestionBypass Disabled); this one is the defaults before.
+		fc("flashcache-congestion-kernel", "defaults with cacheCongestionBypass Kernel: bcache's own congestion thresholds (2 ms reads, 20 ms writes), the defaults until cacheCongestionBypass came",
+			"  cacheCongestionBypass: Kernel\n"),
+		fc("flashcache-congestion-off", "defaults with bcache's congestion thresholds off: no read or write goes around a busy cache (set by hand before cacheCongestionBypass; its default since)",
+			"  cacheCongestionBypass: Disabled\n"),
 		// On the larger set bcache's writeback, not the passes, wrote the HDD five times a
 		// transaction: with scattered dirty pages most buckets hold some dirty data, and the kernel
 		// then raises the writeback rate by its fragmentation terms (results/README.md).
@@ -288,7 +292,7 @@ var defaultConfigs = map[string][]string{
 	results.DataSetFits: {"hdd", "all-flash", "bcache-stock", "flashcache", "flashcache-no-debugfs", "flashcache-wbt-kernel", "flashcache-flush-off", "flashcache-unbounded", "flashcache-unbounded-dirty-10", "flashcache-backing-wc-off", "flashcache-flush-30s", "flashcache-flush-10m",
 		"flashcache-dirty-1", "flashcache-dirty-10", "flashcache-throttle", "flashcache-cutoff-4m", "flashcache-carved", "flashcache-carved-busy-neighbour", "lvmcache", "dm-writecache"},
 	results.DataSetLargerThanCache: {"hdd", "bcache-stock", "bcache-stock-bucket-64k", "flashcache", "flashcache-no-debugfs", "flashcache-wbt-kernel", "flashcache-bucket-64k", "flashcache-spare-0", "flashcache-flush-off", "flashcache-fragment-off",
-		"flashcache-cutoff-4m", "flashcache-fifo", "flashcache-congestion-off", "lvmcache", "dm-writecache"},
+		"flashcache-cutoff-4m", "flashcache-fifo", "flashcache-congestion-kernel", "lvmcache", "dm-writecache"},
 }
 
 // selectStorages picks configurations by name (the data set's defaults for ""), in report order.

@@ -31,6 +31,11 @@ type FlashCachePoolSpecApplyConfiguration struct {
 	// restores the kernel's default. It is the pool's, not a volume's: its volumes share the disks'
 	// queues. Set again after a reboot; teardown restores the kernel's default.
 	BackingWritebackThrottling *apiv1alpha1.WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
+	// cacheCongestionBypass is bcache's congestion bypass on the pool's cache set, as a volume's own
+	// field of that name is on its cache set: Disabled (the default) sets the set's congestion
+	// thresholds to 0, so no read or write goes around the SSD for its latency; Kernel sets the
+	// kernel's 2 ms for reads and 20 ms for writes. It is the pool's, for all its volumes.
+	CacheCongestionBypass *apiv1alpha1.CongestionBypass `json:"cacheCongestionBypass,omitempty"`
 	// wipe is consent to erase existing signatures on the named devices. Absent, a device that
 	// carries anything but this pool's own cache set or volume group is refused.
 	Wipe *PoolWipeSpecApplyConfiguration `json:"wipe,omitempty"`
@@ -84,6 +89,14 @@ func (b *FlashCachePoolSpecApplyConfiguration) WithReplacementPolicy(value apiv1
 // If called multiple times, the BackingWritebackThrottling field is set to the value of the last call.
 func (b *FlashCachePoolSpecApplyConfiguration) WithBackingWritebackThrottling(value apiv1alpha1.WritebackThrottling) *FlashCachePoolSpecApplyConfiguration {
 	b.BackingWritebackThrottling = &value
+	return b
+}
+
+// WithCacheCongestionBypass sets the CacheCongestionBypass field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CacheCongestionBypass field is set to the value of the last call.
+func (b *FlashCachePoolSpecApplyConfiguration) WithCacheCongestionBypass(value apiv1alpha1.CongestionBypass) *FlashCachePoolSpecApplyConfiguration {
+	b.CacheCongestionBypass = &value
 	return b
 }
 

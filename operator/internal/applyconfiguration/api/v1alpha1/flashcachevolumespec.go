@@ -68,6 +68,14 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// restores the kernel's default. A volume carved from a pool leaves it to the pool's field of
 	// the same name: the pool's volumes share its disks.
 	BackingWritebackThrottling *apiv1alpha1.WritebackThrottling `json:"backingWritebackThrottling,omitempty"`
+	// cacheCongestionBypass is bcache's own congestion bypass: with Kernel, bcache sends reads and
+	// writes around the cache set, to the backing disk, while the cache's average latency is above
+	// 2 ms for reads or 20 ms for writes, so a hot block is read from the HDD while the SSD is busy.
+	// Disabled (the default) sets both thresholds to 0: every read that hits and every write is
+	// served by the SSD, as a database on a cache expects (docs/operations.md). It is the cache
+	// set's setting, not the volume's: the engine sets it again after a reboot. A volume carved from
+	// a pool leaves it to the pool's field of the same name: the pool's volumes share its cache set.
+	CacheCongestionBypass *apiv1alpha1.CongestionBypass `json:"cacheCongestionBypass,omitempty"`
 	// volume says how the device is offered as a PersistentVolume.
 	Volume *VolumeSpecApplyConfiguration `json:"volume,omitempty"`
 	// safety configures the durability checks.
@@ -179,6 +187,14 @@ func (b *FlashCacheVolumeSpecApplyConfiguration) WithReplacementPolicy(value api
 // If called multiple times, the BackingWritebackThrottling field is set to the value of the last call.
 func (b *FlashCacheVolumeSpecApplyConfiguration) WithBackingWritebackThrottling(value apiv1alpha1.WritebackThrottling) *FlashCacheVolumeSpecApplyConfiguration {
 	b.BackingWritebackThrottling = &value
+	return b
+}
+
+// WithCacheCongestionBypass sets the CacheCongestionBypass field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CacheCongestionBypass field is set to the value of the last call.
+func (b *FlashCacheVolumeSpecApplyConfiguration) WithCacheCongestionBypass(value apiv1alpha1.CongestionBypass) *FlashCacheVolumeSpecApplyConfiguration {
+	b.CacheCongestionBypass = &value
 	return b
 }
 
