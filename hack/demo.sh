@@ -143,8 +143,8 @@ diagnose() {
 	k logs -n flashcache-system -l app.kubernetes.io/component=agent --tail=30
 	echo "--- the operator's log (end)"
 	k logs -n flashcache-system -l app.kubernetes.io/component=operator --tail=30
-	echo "--- kubelet and containerd on the node (end)"
-	guest journalctl -u kubelet -u containerd --no-pager -n 40
+	echo "--- kubelet, containerd and kube-proxy on the node (end)"
+	guest journalctl -u kubelet -u containerd -u kube-proxy --no-pager -n 40
 }
 
 step "Start the control plane on this host and boot the node (VM: kubelet, kube-proxy, containerd, runc)"
@@ -165,7 +165,7 @@ until ready || ! alive; do sleep 1; done
 check "control plane up and the node Ready" ready
 # The pods' subnet lives behind the node: the API server reaches webhooks and the pod proxy there.
 ip -n "$ns" route add "$pod_cidr" via "$node_ip"
-grep -E 'Ready|images ready|ssh ready' "$work/democluster.log" | indent
+grep -E 'Ready|images ready|ssh ready|routes the kubernetes Service' "$work/democluster.log" | indent
 k get nodes -o wide
 
 step "helm install the chart and its CSI driver (images loaded on the node: pullPolicy Never)"

@@ -39,8 +39,9 @@ type Options struct {
 	PodCIDR string
 	// PauseImage is the pod sandbox image, one of the imported images.
 	PauseImage string
-	// ReadyTimeout bounds the wait for the node to be Ready; default 5 minutes (importing
-	// the images under TCG is most of it).
+	// ReadyTimeout bounds the wait, once node-setup.sh has imported the images and started
+	// kubelet and kube-proxy, for the node to be Ready and kube-proxy to route the kubernetes
+	// Service; default 5 minutes.
 	ReadyTimeout time.Duration
 	Logf         func(format string, args ...any)
 }
@@ -119,5 +120,17 @@ func Setup(ctx context.Context, vm *vmharness.VM, c *cluster.Cluster, opts Optio
 			opts.Name, opts.ReadyTimeout, cluster.DescribeNode(last), err, journal)
 	}
 	logf("kubenode: node %s Ready %s after setup began", opts.Name, time.Since(start).Round(100*time.Millisecond))
+	// Ready says nothing of kube-proxy. Without its rules a pod's connection to the API server's
+	// Service address is routed nowhere, and every pod that needs it exits after 30 s, far from
+	// the cause (the demo's chart once waited 10 minutes so).
+	err = wait.PollUntilContextCancel(waitCtx, time.Second, true, func(ctx context.Context) (bool, error) {
+		_, _, code, err := vm.Run(ctx, "iptables -t nat -S KUBE-SERVICES 2>/dev/null | grep -q 'default/kubernetes:https'")
+		return err == nil && code == 0, nil
+	})
+	if err != nil {
+		journal, _ := vm.Output(context.Background(), "systemctl status --no-pager kube-proxy | head -n 5; journalctl -u kube-proxy --no-pager -n 30")
+		return nil, fmt.Errorf("kubenode: kube-proxy has not routed the kubernetes Service on node %s: %w\nkube-proxy:\n%s", opts.Name, err, journal)
+	}
+	logf("kubenode: kube-proxy routes the kubernetes Service %s after setup began", time.Since(start).Round(100*time.Millisecond))
 	return last, nil
 }

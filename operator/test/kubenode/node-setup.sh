@@ -24,7 +24,9 @@ done
 ip link set dev "$card" up
 ip addr replace "$NODE_IP/24" dev "$card"
 
-modprobe -a overlay br_netfilter 9p 9pnet_virtio
+# nf_conntrack: kube-proxy writes its sysctls at start and exits when they are not there yet
+# (under load it did, before anything else had loaded the module, and no Service then worked).
+modprobe -a overlay br_netfilter nf_conntrack 9p 9pnet_virtio
 sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 # Swap is off in the image; kubelet still checks.
 swapoff -a
@@ -98,10 +100,17 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "50Mi", nodefs.available: "1%", imagefs.available: "1%"}
 EOF
 systemctl reset-failed kubelet.service kube-proxy.service >/dev/null 2>&1 || true
-systemd-run --unit=kubelet --description=kubelet /opt/kubernetes/bin/kubelet \
+# Restarted when they exit, as a real node's units are: a kube-proxy that gave up once must not
+# leave the node without Services for the rest of the run.
+restart="--property=Restart=on-failure --property=RestartSec=2"
+# shellcheck disable=SC2086 # $restart is two arguments
+systemd-run --unit=kubelet --description=kubelet $restart /opt/kubernetes/bin/kubelet \
 	--config=/var/lib/kubelet/config.yaml --kubeconfig=/etc/kubernetes/kubelet.kubeconfig \
 	--hostname-override="$NODE_NAME" --node-ip="$NODE_IP" --v=1
-systemd-run --unit=kube-proxy --description=kube-proxy /opt/kubernetes/bin/kube-proxy \
+# --bind-address names the node's address, which kube-proxy otherwise reads from the Node object
+# and, when the kubelet registers late, takes to be loopback.
+# shellcheck disable=SC2086
+systemd-run --unit=kube-proxy --description=kube-proxy $restart /opt/kubernetes/bin/kube-proxy \
 	--kubeconfig=/etc/kubernetes/kube-proxy.kubeconfig --hostname-override="$NODE_NAME" \
-	--proxy-mode=iptables --cluster-cidr="$POD_CIDR"
+	--bind-address="$NODE_IP" --proxy-mode=iptables --cluster-cidr="$POD_CIDR"
 say "kubelet and kube-proxy started"
