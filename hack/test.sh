@@ -221,9 +221,15 @@ summary
 if ((failed)); then
 	# Last, so that a reader of the run's last lines sees why, not only which tier.
 	mapfile -t failed_logs < <(awk -F'\t' -v dir="$logs" 'NR > 1 && $3 != "passed" {print dir "/" $1 ".log"}' "$times")
+	present=()
 	for log in "${failed_logs[@]}"; do
-		[[ -f $log ]] && hack/test-failures.sh "$log"
+		[[ -f $log ]] && present+=("$log")
 	done
+	if ((${#present[@]})); then
+		hack/test-failures.sh "${present[@]}"
+		echo "---- in short ----"
+		hack/test-failures.sh --short "${present[@]}"
+	fi
 	echo "make test: FAILED (see the logs above and in $logs)"
 	exit 1
 fi

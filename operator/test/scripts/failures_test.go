@@ -51,3 +51,45 @@ FAIL
 		}
 	}
 }
+
+// --short gives one line a failure, so that the last lines of a run in which several tiers failed
+// name every failure with its message: a Go log's innermost failing test with its last message
+// (a t.Fatal's), another log's last line that begins with an error, not a later one that only
+// mentions one (make's own left out).
+func TestTheShortDigestGivesOneLineAFailure(t *testing.T) {
+	dir := t.TempDir()
+	goLog := `=== RUN   TestPool
+=== RUN   TestPool/Lost
+    pool_test.go:60: status: exit 0
+=== RUN   TestPool/Apply
+    engine_vm_test.go:204: flashcache node apply: exit 1
+    pool_test.go:110: clean-one: want CacheDeviceLost saying "uncached"
+    pool_test.go:120: a second message
+--- FAIL: TestPool (10.00s)
+    --- PASS: TestPool/Lost (1.00s)
+    --- FAIL: TestPool/Apply (2.02s)
+FAIL
+`
+	demoLog := `==> helm install the chart
+Error: INSTALLATION FAILED: resource DaemonSet/flashcache-system/flashcache-agent not ready
+[pod/x/csi-provisioner] W1202 logging.go:55] grpc: addrConn.createTransport failed to connect to /csi/csi.sock
+make[1]: *** [Makefile:203: test-demo] Error 1
+`
+	paths := []string{filepath.Join(dir, "test-vm-faults.log"), filepath.Join(dir, "test-demo.log")}
+	for i, text := range []string{goLog, demoLog} {
+		if err := os.WriteFile(paths[i], []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command(filepath.Join(testenv.RepoRoot(), "hack", "test-failures.sh"), append([]string{"--short"}, paths...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want := []string{
+		"test-vm-faults: TestPool/Apply: pool_test.go:120: a second message",
+		"test-demo: Error: INSTALLATION FAILED: resource DaemonSet/flashcache-system/flashcache-agent not ready",
+	}
+	if strings.TrimSpace(string(out)) != strings.Join(want, "\n") {
+		t.Errorf("short digest:\n%s\nwant:\n%s", out, strings.Join(want, "\n"))
+	}
+}
