@@ -166,7 +166,11 @@ sync`, sysbenchArgs(p), p.Tables))
 	if res.Started == "" {
 		res.Started = time.Now().UTC().Format(time.RFC3339)
 	}
+	// A sitting of fewer repetitions than the file's (one more of a configuration, say) leaves the
+	// file's count as it was.
+	repetitions := max(res.Params.Repetitions, p.Repetitions)
 	res.Command, res.Params = os.Getenv("BENCH_COMMAND"), p
+	res.Params.Repetitions = repetitions
 	res.SetMachine(g.machine(memMiB))
 	for _, s := range storages {
 		res.AddConfig(s.Config)

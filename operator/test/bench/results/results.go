@@ -290,8 +290,9 @@ func (o *OLTP) SetMachine(m Machine) {
 // ResumeOLTP loads the runs a previous, unfinished benchmark of p's data set left in dir, so
 // that a run which cannot finish in one sitting goes on where it stopped. Runs are kept only
 // when they were measured with the same parameters: otherwise their figures would not compare,
-// and the error says which parameter differs. A missing file is an empty start; failures are
-// dropped, since what failed is measured again.
+// and the error says which parameter differs. The number of repetitions is not one of them: a
+// larger BENCH_REPETITIONS adds repetitions to the runs kept, and the file then says the larger.
+// A missing file is an empty start; failures are dropped, since what failed is measured again.
 func ResumeOLTP(dir string, p OLTPParams) (OLTP, error) {
 	var o OLTP
 	file := OLTPFileFor(p.DataSet)
@@ -307,12 +308,14 @@ func ResumeOLTP(dir string, p OLTPParams) (OLTP, error) {
 			filepath.Join(dir, file), diff)
 	}
 	o.Failures = nil
+	o.Params.Repetitions = max(o.Params.Repetitions, p.Repetitions)
 	return o, nil
 }
 
 // paramsDiff names the first parameter that differs between what was measured and what would
 // be, in its JSON name; "" when they are the same.
 func paramsDiff(had, want OLTPParams) string {
+	had.Repetitions = want.Repetitions
 	a, _ := json.Marshal(had)
 	b, _ := json.Marshal(want)
 	var am, bm map[string]any

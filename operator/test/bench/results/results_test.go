@@ -163,6 +163,18 @@ func TestResumeOLTPKeepsRunsOfTheSameParametersOnly(t *testing.T) {
 		t.Errorf("configs %+v: want hdd (updated) then all-flash", got.Configs)
 	}
 
+	more := p
+	more.Repetitions = 5
+	extended, err := ResumeOLTP(dir, more)
+	if err != nil || !extended.Has("hdd", 1) || extended.Params.Repetitions != 5 {
+		t.Errorf("more repetitions: got %+v, %v; want hdd #1 kept and 5 repetitions", extended, err)
+	}
+	fewer := p
+	fewer.Repetitions = 1
+	if kept, err := ResumeOLTP(dir, fewer); err != nil || kept.Params.Repetitions != 3 {
+		t.Errorf("fewer repetitions: got %+v, %v; want the file's 3 kept", kept, err)
+	}
+
 	other := p
 	other.MeasureSeconds = 90
 	_, err = ResumeOLTP(dir, other)
