@@ -100,7 +100,20 @@ func TestPoolCacheDeviceLoss(t *testing.T) {
 			wantVolumeError(t, r, dirty, "CacheDeviceLost", "dirty data on it")
 		}},
 		{"AnApplyDetachesTheCleanVolumeAloneAndLeavesTheDirtyOneDirty", func(t *testing.T) {
-			r, code, _ := g.node(t, "apply", "pool.yaml")
+			r, code, _, err := g.nodeRun(t, "apply", "pool.yaml")
+			// This apply's detach is the one that fails the lost set, as in the step with a new
+			// SSD below, and so can meet the same BUG of bcache's (operations.md, "When a disk
+			// fails"): the node's way out is a reboot, after which what must hold is what holds
+			// without the BUG, the clean volume's detach done then if it was not before.
+			crashed := err != nil && strings.Contains(err.Error(), bcacheBUG)
+			if err != nil && !crashed {
+				t.Fatal(err)
+			}
+			if crashed {
+				t.Logf("the guest's kernel hit bcache's BUG during the detach; power-cycling the node without the lost SSD:\n%v", err)
+				g.powerCycleWith(t, poolLostSSD, false)
+				r, code, _ = g.node(t, "apply", "pool.yaml")
+			}
 			if code == 0 {
 				t.Fatalf("apply with the pool's SSD gone succeeded\n%s", r)
 			}
@@ -110,7 +123,7 @@ func TestPoolCacheDeviceLoss(t *testing.T) {
 			if state := superblockState(t, "clean-one"); state != "[detached]" {
 				t.Errorf("clean-one's backing superblock says %s, want [detached]:\n%s", state, g.sh(t, "bcache-super-show /dev/fcp-db/fc-clean-one | grep -E 'cache_state|cset.uuid'"))
 			}
-			if got := r.steps(clean); got != "detach-lost-cache" {
+			if got := r.steps(clean); got != "detach-lost-cache" && !(crashed && got == "") {
 				t.Errorf("clean-one: steps %q, want detach-lost-cache", got)
 			}
 			wantVolumeError(t, r, dirty, "CacheDeviceLost", "dirty")
