@@ -263,11 +263,7 @@ func Plan(v Volume, o *Observation, want Desired) ([]Step, error) {
 	}
 
 	steps = append(steps, tunableSteps(v, o, want, bcacheDev)...)
-	for _, t := range cacheTunables(v.Spec.EffectiveReplacementPolicy(), v.Spec.EffectiveCacheCongestionBypass()) {
-		if have := o.CacheKnobs[t.name]; !t.matches(have) {
-			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
-		}
-	}
+	steps = append(steps, cacheTunableSteps(cachePart, o.CacheKnobs, v.Spec.EffectiveReplacementPolicy(), v.Spec.EffectiveCacheCongestionBypass())...)
 
 	if v.Spec.Safety.DisableBackingWriteCache && o.Backing.WriteCache == "write back" {
 		steps = append(steps, Step{Kind: StepWriteThrough, Device: o.Backing.DevPath, From: o.Backing.WriteCache, Value: "write through"})
@@ -632,6 +628,18 @@ const (
 	kernelCongestedReadUsec  = "2000"
 	kernelCongestedWriteUsec = "20000"
 )
+
+// cacheTunableSteps set each of cacheTunables that the cache device's knobs (have) do not match
+// yet: a volume's own cache set or a pool's.
+func cacheTunableSteps(cachePart string, have map[string]string, policy fcv1.ReplacementPolicy, bypass fcv1.CongestionBypass) []Step {
+	var steps []Step
+	for _, t := range cacheTunables(policy, bypass) {
+		if !t.matches(have[t.name]) {
+			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have[t.name]})
+		}
+	}
+	return steps
+}
 
 // cacheTunables are the cache device's and its cache set's knobs, with the replacement policy
 // and the congestion bypass the volume or the pool wants.

@@ -188,11 +188,7 @@ func PlanPool(p Pool, o *PoolObservation) ([]Step, error) {
 	if o.CacheReg == nil || !cacheSB {
 		steps = append(steps, Step{Kind: StepRegisterCache, Device: cachePart})
 	}
-	for _, t := range cacheTunables(p.Spec.EffectiveReplacementPolicy(), p.Spec.EffectiveCacheCongestionBypass()) {
-		if have := o.CacheKnobs[t.name]; !t.matches(have) {
-			steps = append(steps, Step{Kind: StepSetCacheTunable, Device: cachePart, Tunable: t.name, Value: t.value, From: have})
-		}
-	}
+	steps = append(steps, cacheTunableSteps(cachePart, o.CacheKnobs, p.Spec.EffectiveReplacementPolicy(), p.Spec.EffectiveCacheCongestionBypass())...)
 
 	// The slow disks: each one a physical volume of the pool's volume group.
 	vg := p.VolumeGroup()
