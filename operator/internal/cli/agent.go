@@ -30,6 +30,7 @@ type agentOptions struct {
 	nodeName     string
 	metricsAddr  string
 	probeAddr    string
+	pprofAddr    string
 	holdDir      string
 	stateDir     string
 	flushTimeout time.Duration
@@ -60,6 +61,7 @@ them in writethrough while the node is cordoned or an eviction waits, and report
 	f.StringVar(&opts.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME, from the downward API)")
 	f.StringVar(&opts.metricsAddr, "metrics-bind-address", ":8090", "address of the Prometheus metrics endpoint; 0 turns it off")
 	f.StringVar(&opts.probeAddr, "health-probe-bind-address", ":8091", "address of /healthz and /readyz")
+	f.StringVar(&opts.pprofAddr, "pprof-bind-address", "", "address of Go's profiler (/debug/pprof/), to see where the agent's CPU goes; empty: off")
 	f.StringVar(&opts.holdDir, "hold-dir", engine.DefaultHoldDir, "where holds of flushed volumes are recorded (on the host, so they outlive the pod)")
 	f.StringVar(&opts.stateDir, "state-dir", engine.DefaultStateDir, "where each volume's schedule (flush passes) is kept (on the host, so it outlives the pod)")
 	f.DurationVar(&opts.flushTimeout, "flush-timeout", 10*time.Minute, "bound of one blocking flush (a drain's or an eviction's); a longer flush goes on in the next reconcile")
@@ -99,6 +101,7 @@ func runAgent(opts agentOptions) error {
 		}},
 		Metrics:                metricsserver.Options{BindAddress: opts.metricsAddr},
 		HealthProbeBindAddress: opts.probeAddr,
+		PprofBindAddress:       opts.pprofAddr,
 	})
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
