@@ -11,7 +11,8 @@
 #   the image named as the argument        the project's image (`make image` prints its name).
 #
 # Usage: hack/build-node-images.sh <flashcache image>
-# Prints one line: the folder that holds the tarballs and images.txt ("<image> <file>" per line).
+# Prints one line: the folder that holds the tarballs and images.txt ("<image> <file>" per line);
+# stable-images.txt lists all but the project's image, which changes with every commit.
 # Tarballs are named by image name and ID under ${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/node-images,
 # so an unchanged image is saved once; tarballs of images no longer named are removed.
 set -euo pipefail
@@ -73,6 +74,7 @@ out=${FLASHCACHE_CACHE:-$HOME/.cache/flashcache}/node-images
 mkdir -p "$out"
 keep=()
 : >"$tmp/images.txt"
+: >"$tmp/stable-images.txt"
 for image in "$pause_image" "$mariadb_image" "${sidecar_images[@]}" "$flashcache_image"; do
 	# docker save records the name it was given: the file is named by name and content.
 	id=$("$docker" image inspect -f '{{.Id}}' "$image")
@@ -84,11 +86,14 @@ for image in "$pause_image" "$mariadb_image" "${sidecar_images[@]}" "$flashcache
 	fi
 	keep+=("$file")
 	echo "$image $file" >>"$tmp/images.txt"
+	# All but the project's own: what a node's root disk keeps imported between runs.
+	[[ $image == "$flashcache_image" ]] || echo "$image $file" >>"$tmp/stable-images.txt"
 done
 for f in "$out"/*.tar; do
 	[[ -e $f ]] || continue
 	[[ " ${keep[*]} " == *" $(basename "$f") "* ]] || rm -f "$f"
 done
+mv "$tmp/stable-images.txt" "$out/stable-images.txt"
 mv "$tmp/images.txt" "$out/images.txt"
 log "done in $((SECONDS - start)) s"
 echo "$out" >&3

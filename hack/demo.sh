@@ -165,7 +165,11 @@ until ready || ! alive; do sleep 1; done
 check "control plane up and the node Ready" ready
 # The pods' subnet lives behind the node: the API server reaches webhooks and the pod proxy there.
 ip -n "$ns" route add "$pod_cidr" via "$node_ip"
-grep -E 'Ready|images ready|ssh ready|routes the kubernetes Service' "$work/democluster.log" | indent
+grep -E 'Ready|images ready|ssh ready|routes the kubernetes Service|node root' "$work/democluster.log" | indent
+# The node boots on a root that kubenode.PreparedRoot keeps with every image but the project's
+# imported (made first if missing): the node's own setup imports that one alone.
+check "the node imported only the project's image" \
+	grep -q "images ready after .* (1 imported, $(($(wc -l <"$node_images/images.txt") - 1)) already there)" "$work/democluster.log"
 k get nodes -o wide
 
 step "helm install the chart and its CSI driver (images loaded on the node: pullPolicy Never)"

@@ -60,7 +60,19 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
+	// The node's root, with the images that do not change with the code imported, is made (once)
+	// while the control plane starts.
+	type prepared struct {
+		root string
+		err  error
+	}
+	rootReady := make(chan prepared, 1)
+	go func() {
+		root, err := kubenode.PreparedRoot(ctx, *image, *images, logf)
+		rootReady <- prepared{root, err}
+	}()
 	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(*dir, "cluster"), Address: *address, Logf: logf})
+	root := <-rootReady
 	if err != nil {
 		return err
 	}
@@ -72,10 +84,14 @@ func run() error {
 	if err := testenv.WriteAdminKubeconfig(c.Env, *kubeconfig); err != nil {
 		return err
 	}
+	if root.err != nil {
+		return root.err
+	}
 
 	vm, err := vmharness.Boot(ctx, vmharness.Options{
 		Image:     *image,
 		WorkDir:   filepath.Join(*dir, "vm"),
+		RootBase:  root.root,
 		MemoryMiB: *memory,
 		Tap:       *tap,
 		Shares: []vmharness.Share{

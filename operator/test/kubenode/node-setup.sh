@@ -4,11 +4,57 @@
 # systemd units. Run once per boot by kubenode.Setup, which has already written
 # /etc/kubernetes/{kubelet,kube-proxy}.kubeconfig and /etc/kubernetes/pki/ca.crt.
 # Environment: NODE_NAME NODE_IP NODE_MAC POD_CIDR PAUSE_IMAGE BIN_TAG IMAGES_TAG
+#
+# `node-setup images LIST` only imports the images LIST names (a file of the images share, in
+# images.txt's form) and leaves containerd stopped and masked, as the image has it: the root
+# disk kubenode.PreparedRoot keeps, so that a node imports only what changed since. Environment:
+# IMAGES_TAG.
 set -eu
 
 say() { echo "node-setup: $*"; }
 # Whatever fails, say where: the harness shows stderr.
 trap '[ $? = 0 ] || echo "node-setup: failed at line $LINENO" >&2' EXIT
+
+# mount_share TAG DIR: the host folder shared as TAG, read-only at DIR.
+mount_share() {
+	mkdir -p "$2"
+	mountpoint -q "$2" || mount -t 9p -o trans=virtio,version=9p2000.L,ro "$1" "$2"
+}
+
+start_containerd() {
+	systemctl unmask containerd.service >/dev/null 2>&1
+	systemctl restart containerd.service
+	for i in $(seq 60); do
+		ctr version >/dev/null 2>&1 && break
+		sleep 0.5
+	done
+}
+
+# import_images LIST: each image LIST names that containerd does not have yet.
+import_images() {
+	start=$(date +%s) imported=0 present=0
+	while read -r image file; do
+		if ctr -n k8s.io images ls -q | grep -qx "docker.io/library/$image"; then
+			present=$((present + 1))
+			continue
+		fi
+		ctr -n k8s.io images import "/opt/kubernetes/images/$file" >/dev/null
+		imported=$((imported + 1))
+		say "imported $image"
+	done <"/opt/kubernetes/images/$1"
+	say "images ready after $(($(date +%s) - start)) s ($imported imported, $present already there)"
+}
+
+if [ "${1:-}" = images ]; then
+	modprobe -a overlay 9p 9pnet_virtio
+	mount_share "$IMAGES_TAG" /opt/kubernetes/images
+	start_containerd
+	import_images "$2"
+	systemctl stop containerd.service
+	systemctl mask containerd.service >/dev/null 2>&1
+	sync
+	exit 0
+fi
 
 # The tap card, found by the MAC the harness gives it.
 card=
@@ -31,11 +77,8 @@ sysctl -q -w net.ipv4.ip_forward=1 net.bridge.bridge-nf-call-iptables=1
 # Swap is off in the image; kubelet still checks.
 swapoff -a
 
-for share in "$BIN_TAG:/opt/kubernetes/bin" "$IMAGES_TAG:/opt/kubernetes/images"; do
-	tag=${share%%:*} dir=${share#*:}
-	mkdir -p "$dir"
-	mountpoint -q "$dir" || mount -t 9p -o trans=virtio,version=9p2000.L,ro "$tag" "$dir"
-done
+mount_share "$BIN_TAG" /opt/kubernetes/bin
+mount_share "$IMAGES_TAG" /opt/kubernetes/images
 
 mkdir -p /etc/containerd /etc/cni/net.d /var/lib/kubelet
 # The systemd cgroup driver, as kubelet's cgroupDriver below: the two must agree.
@@ -64,22 +107,8 @@ cat >/etc/cni/net.d/10-flashcache-demo.conflist <<EOF
   ]
 }
 EOF
-systemctl unmask containerd.service >/dev/null 2>&1
-systemctl restart containerd.service
-for i in $(seq 60); do
-	ctr version >/dev/null 2>&1 && break
-	sleep 0.5
-done
-
-start=$(date +%s)
-while read -r image file; do
-	if ctr -n k8s.io images ls -q | grep -qx "docker.io/library/$image"; then
-		continue
-	fi
-	ctr -n k8s.io images import "/opt/kubernetes/images/$file" >/dev/null
-	say "imported $image"
-done </opt/kubernetes/images/images.txt
-say "images ready after $(($(date +%s) - start)) s"
+start_containerd
+import_images images.txt
 
 cat >/var/lib/kubelet/config.yaml <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -54,6 +54,9 @@ func restorable(opts Options, disks []Disk) bool {
 	if len(opts.Shares) > 0 || opts.Tap != "" {
 		return false // 9p shares and tap cards are part of the machine, not hot-pluggable here
 	}
+	if opts.RootBase != "" {
+		return false // the snapshot's root is on the image's own rootfs
+	}
 	nvme := 0
 	for _, d := range disks {
 		if d.Kind == NVMe {
@@ -84,14 +87,11 @@ func snapshotFor(ctx context.Context, opts Options) (*bootedSnapshot, error) {
 	if _, err := os.Stat(snap.state()); err == nil {
 		return snap, nil
 	}
-	lock, err := os.OpenFile(snap.dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := Lock(ctx, snap.dir+".lock")
 	if err != nil {
-		return nil, fmt.Errorf("booted snapshot: %w", err)
-	}
-	defer lock.Close()
-	if err := flockContext(ctx, lock); err != nil {
 		return nil, fmt.Errorf("booted snapshot: waiting for another process making it: %w", err)
 	}
+	defer unlock()
 	if _, err := os.Stat(snap.state()); err == nil {
 		return snap, nil // made meanwhile
 	}
@@ -101,16 +101,27 @@ func snapshotFor(ctx context.Context, opts Options) (*bootedSnapshot, error) {
 	return snap, nil
 }
 
-// flockContext takes an exclusive lock on f, giving up when ctx ends.
-func flockContext(ctx context.Context, f *os.File) error {
+// Lock takes an exclusive lock on the file at path (created if missing), which every process on
+// the host shares, giving up when ctx ends; unlock releases it. For what is made once and kept in
+// the image's folder, so that two tests starting at once make it once.
+func Lock(ctx context.Context, path string) (unlock func(), err error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
 	for {
 		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil
+		}
 		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return err
+			f.Close()
+			return nil, err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			f.Close()
+			return nil, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}

@@ -35,7 +35,11 @@ type Options struct {
 	// WorkDir receives the root overlay, console.log, qemu.log, known_hosts and, by default,
 	// the data disks' backing files. Created if missing.
 	WorkDir string
-	Disks   []Disk
+	// RootBase, when set, is the qcow2 the root overlay is made on instead of the image's
+	// rootfs.qcow2: an overlay of that rootfs prepared once and kept (a node's imported images,
+	// kubenode.PreparedRoot). A VM on one boots for real, not from a booted snapshot.
+	RootBase string
+	Disks    []Disk
 	// MemoryMiB defaults to 2048, CPUs to 2 (or FLASHCACHE_VM_CPUS).
 	MemoryMiB int
 	CPUs      int
@@ -143,6 +147,11 @@ func newVM(ctx context.Context, opts Options) (*VM, error) {
 	if opts.WorkDir, err = filepath.Abs(opts.WorkDir); err != nil {
 		return nil, err
 	}
+	if opts.RootBase != "" {
+		if opts.RootBase, err = filepath.Abs(opts.RootBase); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(opts.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
@@ -189,8 +198,12 @@ func (vm *VM) newRootOverlay(ctx context.Context) error {
 	if err := os.Remove(vm.root); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
+	base := vm.opts.RootBase
+	if base == "" {
+		base = filepath.Join(vm.opts.Image, "rootfs.qcow2")
+	}
 	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2", "-F", "qcow2",
-		"-b", filepath.Join(vm.opts.Image, "rootfs.qcow2"), vm.root).CombinedOutput()
+		"-b", base, vm.root).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("create root overlay: %w: %s", err, bytes.TrimSpace(out))
 	}
