@@ -94,8 +94,11 @@ func parseExtentKey(line string) (ext []CacheExtent, inode uint64, dirty bool, e
 	if !ok {
 		return nil, 0, false, errors.New("no pointer list")
 	}
-	var start, sectors uint64
-	if _, err := fmt.Sscanf(head, "%d:%d len %d", &inode, &start, &sectors); err != nil {
+	// By hand, not fmt.Sscanf: a dump has a line for every key of the cache, and with Sscanf
+	// this was 7% of the agent's CPU through the end-to-end tests; 1.8 µs a line against 0.4
+	// (BenchmarkParseDirtyExtents).
+	inode, _, sectors, err := colonPairThen(head, "len")
+	if err != nil {
 		return nil, 0, false, fmt.Errorf("key: %w", err)
 	}
 	list, flags, ok := strings.Cut(ptrs, "]")
@@ -107,14 +110,37 @@ func parseExtentKey(line string) (ext []CacheExtent, inode uint64, dirty bool, e
 		if p == "check dev" || p == "" {
 			continue
 		}
-		var e CacheExtent
-		if _, err := fmt.Sscanf(p, "%d:%d gen %d", &e.Dev, &e.Offset, &e.Gen); err != nil {
+		dev, offset, gen, err := colonPairThen(p, "gen")
+		if err != nil {
 			return nil, 0, false, fmt.Errorf("pointer %q: %w", p, err)
 		}
-		e.Sectors = sectors
+		e := CacheExtent{Dev: dev, Offset: offset, Gen: gen, Sectors: sectors}
 		ext = append(ext, e)
 	}
 	return ext, inode, dirty, nil
+}
+
+// colonPairThen reads "<a>:<b> <word> <c>", decimal numbers, as bcache prints a key ("0:4288 len
+// 32") and a pointer ("0:4429376 gen 1"); what follows is not its business.
+func colonPairThen(s, word string) (a, b, c uint64, err error) {
+	f := strings.Fields(s)
+	if len(f) < 3 || f[1] != word {
+		return 0, 0, 0, fmt.Errorf("want <n>:<n> %s <n>", word)
+	}
+	first, second, ok := strings.Cut(f[0], ":")
+	if !ok {
+		return 0, 0, 0, fmt.Errorf("want <n>:<n> %s <n>", word)
+	}
+	if a, err = strconv.ParseUint(first, 10, 64); err != nil {
+		return 0, 0, 0, err
+	}
+	if b, err = strconv.ParseUint(second, 10, 64); err != nil {
+		return 0, 0, 0, err
+	}
+	if c, err = strconv.ParseUint(f[2], 10, 64); err != nil {
+		return 0, 0, 0, err
+	}
+	return a, b, c, nil
 }
 
 // StillDirty returns how many sectors of the extents in before are dirty again in now: the same

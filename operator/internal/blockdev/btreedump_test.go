@@ -1,6 +1,7 @@
 package blockdev
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,22 @@ func TestStillDirtyCountsOnlyTheSameDataDirtyAgain(t *testing.T) {
 	} {
 		if got := StillDirty(before, c.now); got != c.want {
 			t.Errorf("%s: %d sectors still dirty, want %d", c.name, got, c.want)
+		}
+	}
+}
+
+// A pass reads the whole btree dump at its start and again at each look: on a large cache that is
+// hundreds of thousands of keys, most of them other volumes' or clean.
+func BenchmarkParseDirtyExtents(b *testing.B) {
+	var dump strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&dump, "%d:%d len 32 -> [0:%d gen %d] dirty\n", i%3, 4096+i*32, 106496+i*64, 1+i%7)
+	}
+	text := dump.String()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		if _, err := ParseDirtyExtents(strings.NewReader(text), 1); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
