@@ -162,8 +162,8 @@ prepare-downloads: ## test-prepare's installs: QEMU and the VM image, docker and
 	hack/install-ansible.sh >/dev/null
 
 # promtool last: only test-helm, near the queue's end, needs it, and its cold build (436 CPU s in a
-# module of its own, 1305 s niced beside the guests) held up the image and the demo's node images,
-# which the demo waited 711 s for on a fresh machine.
+# module of its own before remove_all_sd, 1305 s niced beside the guests) held up the image and the
+# demo's node images, which the demo waited 711 s for on a fresh machine.
 .PHONY: prepare-builds
 prepare-builds: ## test-prepare's builds: the control plane, kubelet, bin/flashcache, the CSI sidecars, the image, the node images and promtool.
 	hack/build-control-plane.sh helm etcd kube-apiserver kubectl >/dev/null
