@@ -49,6 +49,9 @@ type Options struct {
 //go:embed node-setup.sh
 var nodeSetup string
 
+// nodeSetupPath is where Setup and PreparedRoot write node-setup.sh in the guest.
+const nodeSetupPath = "/usr/local/sbin/flashcache-node-setup"
+
 // Setup writes the node's credentials into the guest, runs node-setup.sh there and waits until
 // the Node is Ready. The kubelet authenticates as system:node:<Name> (the Node authorizer's
 // user), kube-proxy as system:kube-proxy; the API server's client certificate towards the
@@ -80,7 +83,7 @@ func Setup(ctx context.Context, vm *vmharness.VM, c *cluster.Cluster, opts Optio
 		{"/etc/kubernetes/kubelet.kubeconfig", kubelet, 0o600},
 		{"/etc/kubernetes/kube-proxy.kubeconfig", proxy, 0o600},
 		{"/etc/kubernetes/pki/ca.crt", c.PKI.CAPEM, 0o644},
-		{"/usr/local/sbin/flashcache-node-setup", []byte(nodeSetup), 0o755},
+		{nodeSetupPath, []byte(nodeSetup), 0o755},
 	}
 	for _, f := range files {
 		if err := vm.WriteFile(ctx, f.path, f.data, f.mode); err != nil {
@@ -95,7 +98,7 @@ func Setup(ctx context.Context, vm *vmharness.VM, c *cluster.Cluster, opts Optio
 	for k, v := range env {
 		fmt.Fprintf(&cmd, "%s=%s ", k, vmharness.ShellQuote(v))
 	}
-	cmd.WriteString("/usr/local/sbin/flashcache-node-setup")
+	cmd.WriteString(nodeSetupPath)
 	start := time.Now()
 	out, err := vm.Output(ctx, cmd.String())
 	if err != nil {

@@ -75,10 +75,10 @@ func makeRoot(ctx context.Context, image, imagesDir, root string, logf func(form
 		return err
 	}
 	defer vm.Close()
-	if err := vm.WriteFile(ctx, "/usr/local/sbin/flashcache-node-setup", []byte(nodeSetup), 0o755); err != nil {
+	if err := vm.WriteFile(ctx, nodeSetupPath, []byte(nodeSetup), 0o755); err != nil {
 		return err
 	}
-	out, err := vm.Output(ctx, "IMAGES_TAG="+ImagesShare+" /usr/local/sbin/flashcache-node-setup images "+StableImages)
+	out, err := vm.Output(ctx, "IMAGES_TAG="+ImagesShare+" "+nodeSetupPath+" images "+StableImages)
 	if err != nil {
 		return fmt.Errorf("importing the images: %w\n%s", err, out)
 	}
