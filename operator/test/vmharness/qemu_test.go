@@ -2,6 +2,7 @@ package vmharness
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -440,5 +441,51 @@ func TestAKernelBUGIsACrashAndADeviceErrorIsNot(t *testing.T) {
 `
 	if got := crashIn([]byte(noCrash)); got != "" {
 		t.Errorf("crashIn(device errors, a hung task, a warning, a stall) = %q, want none", got)
+	}
+}
+
+// How QEMU's own exit before ssh is told apart: its failed assertion is the emulator's and worth
+// a reset, a port lost to another process is retried on another port, anything else fails the
+// boot. Only the last start's lines count: an assertion a reset already answered is history.
+func TestQEMUsOwnAssertionBeforeSSHIsTheEmulatorsFault(t *testing.T) {
+	const started = "--- 2026-12-05T07:41:02Z qemu-system-x86_64 -machine q35 -nographic\n"
+	const assertion = "2026-12-05T07:41:07.113 qemu-system-x86_64: ../../system/physmem.c:2678: iotlb_to_section: Assertion `section_index < d->map.sections_nb' failed."
+	const portTaken = "qemu-system-x86_64: -netdev user,id=net0,hostfwd=tcp:127.0.0.1:40111-:22: could not set up host forwarding rule 'tcp:127.0.0.1:40111-:22'"
+	for name, c := range map[string]struct {
+		log       string
+		abort     string
+		portTaken bool
+	}{
+		"an assertion":                       {log: started + assertion + "\n", abort: assertion},
+		"GLib's assertion":                   {log: started + "**\nERROR:../../hw/nvme/ctrl.c:1234:nvme_x: assertion failed: (sq != NULL)\nBail out!\n", abort: "ERROR:../../hw/nvme/ctrl.c:1234:nvme_x: assertion failed: (sq != NULL)"},
+		"the port taken":                     {log: started + portTaken + "\n", portTaken: true},
+		"killed":                             {log: started + "qemu-system-x86_64: terminating on signal 9 from pid 4242\n"},
+		"an assertion answered by one reset": {log: started + assertion + "\n" + started + "qemu-system-x86_64: terminating on signal 15\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			exited := make(chan struct{})
+			close(exited)
+			vm := &VM{console: filepath.Join(dir, "console.log"), qemuLog: filepath.Join(dir, "qemu.log"), exited: exited, volatile: &volatileSet{}}
+			if err := os.WriteFile(vm.qemuLog, []byte(c.log), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			err := vm.waitSSH(t.Context(), 0)
+			var abort *emulatorAbort
+			switch {
+			case c.abort != "":
+				if !errors.As(err, &abort) || abort.line != c.abort {
+					t.Errorf("waitSSH: %v, want QEMU's failure %q", err, c.abort)
+				}
+			case c.portTaken:
+				if !errors.Is(err, errPortTaken) {
+					t.Errorf("waitSSH: %v, want the port taken", err)
+				}
+			default:
+				if err == nil || errors.As(err, &abort) || errors.Is(err, errPortTaken) {
+					t.Errorf("waitSSH: %v, want a failed boot", err)
+				}
+			}
+		})
 	}
 }
