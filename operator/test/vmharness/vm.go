@@ -315,21 +315,13 @@ func (vm *VM) boot(ctx context.Context) error {
 			vm.logf("ssh port was taken, retrying with another")
 			continue
 		}
-		var stall *guestStall
-		if errors.As(err, &stall) && resets < maxBootResets {
+		var fault emulatorFault
+		if errors.As(err, &fault) && resets < maxBootResets {
 			resets++
-			// A reset, not a power cut: the stall is the emulator's, and a reboot that stalled
+			// A reset, not a power cut: the fault is the emulator's, and a reboot that stalled
 			// must still find what the disks' volatile caches held (CI at 11e3e9c lost a lying
 			// disk's flushed-to-cache blocks to a power cycle here).
-			vm.logf("the guest's kernel stalled before ssh came up (%q); resetting it (QEMU again, the disks keep power)", stall.line)
-			vm.stopQEMU()
-			continue
-		}
-		var abort *emulatorAbort
-		if errors.As(err, &abort) && resets < maxBootResets {
-			resets++
-			// QEMU is gone already; to the guest and its disks this is a reset, as above.
-			vm.logf("QEMU itself failed before ssh came up (%q); starting it again (the disks keep power)", abort.line)
+			vm.logf("%s before ssh came up; resetting it (QEMU again, the disks keep power)", fault.what())
 			vm.stopQEMU()
 			continue
 		}
@@ -402,11 +394,20 @@ func (c *consoleSilence) check(text []byte, now time.Time) string {
 type guestStall struct{ line string }
 
 func (s *guestStall) Error() string { return "the guest's kernel stalled: " + s.line }
+func (s *guestStall) what() string  { return fmt.Sprintf("the guest's kernel stalled (%q)", s.line) }
+
+// emulatorFault is a boot that failed for the emulator's sake, not the system's under test: a new
+// start of QEMU does not meet it.
+type emulatorFault interface {
+	error
+	what() string
+}
 
 // emulatorAbort is a boot whose QEMU exited on a failed assertion of its own before SSH answered.
 type emulatorAbort struct{ line string }
 
 func (a *emulatorAbort) Error() string { return "QEMU failed: " + a.line }
+func (a *emulatorAbort) what() string  { return fmt.Sprintf("QEMU itself failed (%q)", a.line) }
 
 // emulatorAbortMarkers are how QEMU says it aborted on a check of its own (glibc's assert, GLib's
 // g_assert). Under TCG a guest's reboot once ended 4.9 s into the boot, during PCI enumeration,
