@@ -416,9 +416,12 @@ func (a *emulatorAbort) what() string  { return fmt.Sprintf("QEMU itself failed 
 // and after: a fault of the emulator, not of the system under test.
 var emulatorAbortMarkers = [][]byte{[]byte(": Assertion `"), []byte(": Assertion '"), []byte("assertion failed: (")}
 
-// lastLaunch is the part of QEMU's log that the last start wrote (launchWith heads each start).
+// launchHeader begins the line launchWith writes to QEMU's log before each start.
+const launchHeader = "--- "
+
+// lastLaunch is the part of QEMU's log that the last start wrote.
 func lastLaunch(log []byte) []byte {
-	if i := bytes.LastIndex(log, []byte("\n--- ")); i >= 0 {
+	if i := bytes.LastIndex(log, []byte("\n"+launchHeader)); i >= 0 {
 		return log[i+1:]
 	}
 	return log
@@ -531,7 +534,7 @@ func (vm *VM) launchWith(incoming string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(logFile, "--- %s qemu-system-x86_64 %s\n", time.Now().Format(time.RFC3339), strings.Join(args, " "))
+	fmt.Fprintf(logFile, "%s%s qemu-system-x86_64 %s\n", launchHeader, time.Now().Format(time.RFC3339), strings.Join(args, " "))
 	cmd := exec.Command("qemu-system-x86_64", args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// A test binary that dies (timeout, panic, ^C) must not leave QEMU running.
