@@ -2,6 +2,7 @@ package vmharness
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -487,5 +488,24 @@ func TestQEMUsOwnAssertionBeforeSSHIsTheEmulatorsFault(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The answer is QEMU 10's own to query-block after block_set_io_throttle set the device hdd-x's
+// cap to 3; a QEMU that names the device by its QOM path is read the same way.
+func TestThrottledIOPSIsReadFromTheNamedDevice(t *testing.T) {
+	answer := `[{"device": "root", "inserted": {"iops": 0}, "qdev": "/machine/peripheral-anon/device[0]/virtio-backend"},
+		{"io-status": "ok", "device": "d1", "inserted": {"iops_rd": 0, "group": "d1", "iops": 3, "bps": 0}, "qdev": "hdd-x", "type": "unknown"},
+		{"device": "d2", "inserted": {"iops": 150}, "qdev": "/machine/peripheral/hdd-y/virtio-backend"},
+		{"device": "cd", "qdev": "hdd-z"}]`
+	for serial, want := range map[string]int{"hdd-x": 3, "hdd-y": 150} {
+		if got, err := throttledIOPS(json.RawMessage(answer), serial); err != nil || got != want {
+			t.Errorf("%s: %d, %v; want %d", serial, got, err, want)
+		}
+	}
+	for _, serial := range []string{"hdd-z", "hdd", "root"} {
+		if got, err := throttledIOPS(json.RawMessage(answer), serial); err == nil {
+			t.Errorf("%s: %d, want an error: no drive with a cap is that device", serial, got)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -33,7 +34,49 @@ func (vm *VM) SetIOPS(ctx context.Context, d Disk, iops int) error {
 	if iops == 0 {
 		iops = d.IOPS
 	}
-	return vm.qmp(ctx, "block_set_io_throttle", ioThrottle(d, iops))
+	s, err := dialQMP(ctx, vm.qmpSocket())
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	if _, err := s.call("block_set_io_throttle", ioThrottle(d, iops)); err != nil {
+		return err
+	}
+	// Read back: a test that slows a disk is about what the guest does on a slow disk, and must
+	// not go on as if it were slow when QEMU did not take the cap.
+	blocks, err := s.call("query-block", nil)
+	if err != nil {
+		return err
+	}
+	have, err := throttledIOPS(blocks, d.Serial)
+	if err != nil {
+		return err
+	}
+	if have != iops {
+		return fmt.Errorf("vmharness: %s's cap is %d I/O a second after setting it to %d", d.Serial, have, iops)
+	}
+	return nil
+}
+
+// throttledIOPS is the cap on I/O a second that query-block's answer gives the device whose id
+// is serial.
+func throttledIOPS(queryBlock json.RawMessage, serial string) (int, error) {
+	var blocks []struct {
+		Qdev     string `json:"qdev"`
+		Inserted *struct {
+			IOPS int `json:"iops"`
+		} `json:"inserted"`
+	}
+	if err := json.Unmarshal(queryBlock, &blocks); err != nil {
+		return 0, fmt.Errorf("vmharness: query-block: %w", err)
+	}
+	for _, b := range blocks {
+		// qdev is the device's id, or its QOM path (/machine/peripheral/<id>/...) on newer QEMUs.
+		if b.Inserted != nil && (b.Qdev == serial || strings.HasPrefix(b.Qdev, "/machine/peripheral/"+serial+"/")) {
+			return b.Inserted.IOPS, nil
+		}
+	}
+	return 0, fmt.Errorf("vmharness: query-block lists no drive for the device %s", serial)
 }
 
 // ioThrottle is block_set_io_throttle's arguments for d: one bucket for reads and writes together,
