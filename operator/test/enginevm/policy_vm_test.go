@@ -488,7 +488,7 @@ func testWearWhileRunning(t *testing.T, g *guest) {
 // "marker <md5> <byte offset on the backing disk>", "started <time>" and the samples to
 // /root/pass.out, and touches /root/pass.done at the end, so the host can act while it runs.
 const passScript = `set -eu
-dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
+dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache; hdd=$(basename $(readlink -f %[5]s))
 rm -f /var/lib/flashcache/state/vol-a.json /var/lib/flashcache/state/vol-a.pass-extents /root/pass.log /root/pass-samples /root/pass.done
 now() { date +%%s.%%N; }
 {
@@ -506,8 +506,9 @@ deadline=$(awk -v s=$started 'BEGIN { printf "%%d", s + %[2]d }')
 # about a second.
 while [ ${EPOCHREALTIME%%.*} -lt $deadline ]; do
 	read -r modes <$bc/cache_mode; read -r state <$bc/state
+	read -r _ _ _ _ hddwrites _ </sys/block/$hdd/stat; read -r _ _ _ _ _ _ volsectors _ </sys/block/$dev/stat
 	mode=${modes#*[}; mode=${mode%%]*}
-	echo "$EPOCHREALTIME $mode $state" >>/root/pass-samples
+	echo "$EPOCHREALTIME $mode $state $hddwrites $volsectors" >>/root/pass-samples
 	if [ "$mode" = writeback ] && grep -qE 'flush pass done|finished in writethrough' /root/pass.log; then break; fi
 	sleep 0.2
 done
@@ -530,9 +531,32 @@ type passRun struct {
 	escalated, finished []float64
 }
 
+// passSample is one look at the volume: its mode and state, the writes the backing disk completed
+// and the bytes written to the volume until then.
 type passSample struct {
-	at          float64
-	mode, state string
+	at                  float64
+	mode, state         string
+	hddWrites, volBytes int64
+}
+
+// rates is what the backing disk and the volume did between the samples nearest from and to: the
+// backing disk's writes a second and the bytes a second written to the volume.
+func (r passRun) rates(from, to float64) (hddWrites, volBytes float64) {
+	var a, b *passSample
+	for i := range r.samples {
+		s := &r.samples[i]
+		if a == nil && s.at >= from {
+			a = s
+		}
+		if s.at <= to {
+			b = s
+		}
+	}
+	if a == nil || b == nil || b.at <= a.at {
+		return 0, 0
+	}
+	dt := b.at - a.at
+	return float64(b.hddWrites-a.hddWrites) / dt, float64(b.volBytes-a.volBytes) / dt
 }
 
 // runPass writes a-pass.yaml, with extraSpec's lines added to the spec, and runs passScript in the
@@ -571,9 +595,11 @@ func (g *guest) runPass(t *testing.T, scatterMiB int, extraSpec string, onLog fu
 		case len(f) == 3 && f[0] == "marker":
 			r.markerMD5 = f[1]
 			r.markerOffset, _ = strconv.ParseInt(f[2], 10, 64)
-		case len(f) == 3:
+		case len(f) == 5:
 			at, _ := strconv.ParseFloat(f[0], 64)
-			r.samples = append(r.samples, passSample{at, f[1], f[2]})
+			hddWrites, _ := strconv.ParseInt(f[3], 10, 64)
+			volSectors, _ := strconv.ParseInt(f[4], 10, 64)
+			r.samples = append(r.samples, passSample{at, f[1], f[2], hddWrites, volSectors * 512})
 		}
 	}
 	r.starts = passStartTimes(t, r.log)
@@ -717,8 +743,9 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 // writer then writes no faster than the limit (the kernel applies it), and a spec that turns the
 // throttle off lifts it.
 func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
-	restore := g.slowDisk(t, hddA, 3)
-	defer restore()
+	const slowIOPS = 3
+	restore := func() {}
+	defer func() { restore() }()
 	// The writer's top-level cgroup (system.slice, as ssh's sessions run there on the test image),
 	// its limit on the volume and what it wrote to it.
 	const readCgroup = `dev=$(cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-a))/dev)
@@ -733,27 +760,55 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	}
 	var readings []reading
 	writerCgroup := ""
-	r := g.runPass(t, 2, "  flushThrottle: Proportional\n", func(log string) {
-		if strings.Contains(log, "finishing it in writethrough") {
-			restore()
-			return
+	var r passRun
+	var set []float64
+	// A round in which the pass could not lag as the test means it to, because the backing disk
+	// wrote faster than its cap or the writer wrote less than the engine limits from, proves
+	// nothing either way, and is run again, three rounds at most. The disk has written back at
+	// bcache's own pace (13 times a second) under a cap of 3 that QEMU reported (query-block),
+	// in the first round of three runs of the test in a row (CI at 01131ee, then twice alone);
+	// each time the next round's cap held.
+	const rounds = 3
+	for round := 1; ; round++ {
+		restore = g.slowDisk(t, hddA, slowIOPS)
+		readings, writerCgroup = nil, ""
+		r = g.runPass(t, 2, "  flushThrottle: Proportional\n", func(log string) {
+			if strings.Contains(log, "finishing it in writethrough") {
+				restore()
+				return
+			}
+			f := strings.Fields(g.sh(t, readCgroup))
+			if len(f) == 4 {
+				at, _ := strconv.ParseFloat(f[0], 64)
+				wbps, _ := strconv.ParseInt(f[2], 10, 64) // "max": 0
+				wbytes, _ := strconv.ParseInt(f[3], 10, 64)
+				readings = append(readings, reading{at, wbps, wbytes})
+				writerCgroup = f[1]
+			}
+		})
+		restore()
+		if len(r.starts) == 0 {
+			t.Fatalf("no pass started; log:\n%s", r.log)
 		}
-		f := strings.Fields(g.sh(t, readCgroup))
-		if len(f) == 4 {
-			at, _ := strconv.ParseFloat(f[0], 64)
-			wbps, _ := strconv.ParseInt(f[2], 10, 64) // "max": 0
-			wbytes, _ := strconv.ParseInt(f[3], 10, 64)
-			readings = append(readings, reading{at, wbps, wbytes})
-			writerCgroup = f[1]
+		if set = logTimes(t, r.log, "flush pass: write limit"); len(set) > 0 {
+			break
 		}
-	})
-	restore()
-	if len(r.starts) == 0 {
-		t.Fatalf("no pass started; log:\n%s", r.log)
-	}
-	set := logTimes(t, r.log, "flush pass: write limit")
-	if len(set) == 0 {
-		t.Fatalf("the lagging pass set no write limit; log:\n%s", r.log)
+		end := r.samples[len(r.samples)-1].at
+		for _, e := range append(logTimes(t, r.log, "flush pass done"), r.escalated...) {
+			end = min(end, e)
+		}
+		hddWrites, volBytes := r.rates(r.starts[0], end)
+		seen := fmt.Sprintf("from the pass's start to its end the backing disk wrote %.1f times a second (capped at %d) and the volume was written %.0f B/s",
+			hddWrites, slowIOPS, volBytes)
+		// engine.writeLimitFloor: below it the engine sets no limit, as one would make no room.
+		const writeLimitFloor = 1 << 20
+		if round == rounds || (hddWrites <= 2*slowIOPS && volBytes >= writeLimitFloor) {
+			t.Fatalf("the lagging pass set no write limit; %s; log:\n%s", seen, r.log)
+		}
+		t.Logf("round %d set no write limit, but the pass could not lag as meant: %s; once more", round, seen)
+		if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
+			t.Fatalf("flush --pass between the rounds: exit %d\n%s", code, stderr)
+		}
 	}
 	end := math.Inf(1)
 	if len(r.escalated) > 0 {
