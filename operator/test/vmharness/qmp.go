@@ -71,7 +71,7 @@ func throttledIOPS(queryBlock json.RawMessage, serial string) (int, error) {
 		return 0, fmt.Errorf("vmharness: query-block: %w", err)
 	}
 	for _, b := range blocks {
-		// qdev is the device's id, or its QOM path (/machine/peripheral/<id>/...) on newer QEMUs.
+		// qdev is the device's id (QEMU 10), or a QOM path under /machine/peripheral/<id>/.
 		if b.Inserted != nil && (b.Qdev == serial || strings.HasPrefix(b.Qdev, "/machine/peripheral/"+serial+"/")) {
 			return b.Inserted.IOPS, nil
 		}
