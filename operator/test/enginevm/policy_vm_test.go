@@ -795,7 +795,7 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 			break
 		}
 		end := r.samples[len(r.samples)-1].at
-		for _, e := range append(logTimes(t, r.log, "flush pass done"), r.escalated...) {
+		for _, e := range slices.Concat(r.dones, r.escalated) {
 			end = min(end, e)
 		}
 		hddWrites, volBytes := r.rates(r.starts[0], end)
