@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,12 +12,13 @@ import (
 
 // Metrics are the agent's Prometheus series, one set per volume of the node.
 type Metrics struct {
-	dirty, dirtyAge, bypassed, writebackRate                    *prometheus.GaugeVec
+	dirty, bypassed, writebackRate                              *prometheus.GaugeVec
+	dirtyAge                                                    *dirtyAges
 	flushRemaining                                              *prometheus.GaugeVec
 	hitRatio, available, wear, flushing, passActive, writeLimit *prometheus.GaugeVec
 	state, ioErrors                                             *prometheus.GaugeVec
 	flushPeriod, maxWear, verdict, writebackRefused             *prometheus.GaugeVec
-	errors, runs                                                *prometheus.CounterVec
+	errors, runs, passes                                        *prometheus.CounterVec
 	commands, commandSeconds                                    *prometheus.CounterVec
 }
 
@@ -34,9 +36,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		return g
 	}
 	m := &Metrics{
-		dirty: gauge("volume_dirty_bytes", "Data on the cache device only, not yet on the backing disk."),
-		dirtyAge: gauge("volume_dirty_age_seconds", "A bound on the age of the oldest dirty data: time since the volume was last seen clean "+
-			"(0 when clean; absent while dirty and not yet seen clean)."),
+		dirty:          gauge("volume_dirty_bytes", "Data on the cache device only, not yet on the backing disk."),
+		dirtyAge:       newDirtyAges(reg, time.Now),
 		hitRatio:       gauge("volume_cache_hit_ratio_percent", "Share of reads served from the cache since the device was registered."),
 		bypassed:       gauge("volume_bypassed_bytes", "I/O that went around the cache (sequential, congested) since the device was registered."),
 		available:      gauge("volume_cache_available_percent", "Share of the cache set neither dirty nor pinned."),
@@ -57,13 +58,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_errors_total",
 			Help: "Engine runs that failed, by operation."}, []string{"volume", "operation"}),
 	}
+	m.passes = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "volume_flush_passes_total",
+		Help: "Flush passes that ended, by how: in writeback, or finished by the blocking flush in writethrough " +
+			"(the backing disk did not write back within the pass's limit what was dirty at its start)."}, []string{"volume", "outcome"})
 	m.runs = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "engine_runs_total",
 		Help: "Engine runs on a volume (a build, an adoption or a refresh of its status), failed or not."}, []string{"volume"})
 	m.commands = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "disk_commands_total",
 		Help: "Commands the agent ran on the node's disks (LVM's reports, wipefs, bcache-super-show, ...), by command."}, []string{"command"})
 	m.commandSeconds = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "flashcache", Name: "disk_command_seconds_total",
 		Help: "Time the agent's disk commands took, by command."}, []string{"command"})
-	reg.MustRegister(m.errors, m.runs, m.commands, m.commandSeconds)
+	reg.MustRegister(m.errors, m.runs, m.passes, m.commands, m.commandSeconds)
 	return m
 }
 
@@ -98,14 +102,7 @@ func (m *Metrics) Observe(v engine.Volume, res *engine.Result, wearPercent *int3
 	}
 	m.writebackRefused.WithLabelValues(volume).Set(boolGauge(engine.WritebackRefused(v, res.Check)))
 	m.dirty.WithLabelValues(volume).Set(float64(s.DirtyBytes))
-	switch {
-	case s.DirtySince != nil:
-		m.dirtyAge.WithLabelValues(volume).Set(time.Since(*s.DirtySince).Seconds())
-	case !s.Dirty():
-		m.dirtyAge.WithLabelValues(volume).Set(0)
-	default:
-		m.dirtyAge.DeleteLabelValues(volume)
-	}
+	m.dirtyAge.observe(volume, s)
 	m.hitRatio.WithLabelValues(volume).Set(float64(s.HitRatioPercent))
 	m.bypassed.WithLabelValues(volume).Set(float64(s.BypassedBytes))
 	m.available.WithLabelValues(volume).Set(float64(s.CacheAvailablePercent))
@@ -138,7 +135,22 @@ func (m *Metrics) Pass(volume string, p *engine.PassReport) {
 	}
 	m.passActive.WithLabelValues(volume).Set(boolGauge(p.Active))
 	m.writeLimit.WithLabelValues(volume).Set(float64(p.WriteLimitBytes))
+	// Both outcomes exist from the volume's first round: increase() over a series born at its
+	// first pass would miss that pass.
+	inWriteback, inWritethrough := m.passes.WithLabelValues(volume, passOutcomeWriteback), m.passes.WithLabelValues(volume, passOutcomeWritethrough)
+	switch {
+	case p.FinishedInWritethrough:
+		inWritethrough.Inc()
+	case p.Ended:
+		inWriteback.Inc()
+	}
 }
+
+// The outcome label of flashcache_volume_flush_passes_total.
+const (
+	passOutcomeWriteback    = "writeback"
+	passOutcomeWritethrough = "writethrough"
+)
 
 // FlushProgress records the dirty data a running flush still has to write.
 func (m *Metrics) FlushProgress(volume string, remaining int64) {
@@ -159,12 +171,69 @@ func (m *Metrics) Forget(volume string) {
 	if m == nil {
 		return
 	}
-	for _, g := range []*prometheus.GaugeVec{m.dirty, m.dirtyAge, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear,
+	m.dirtyAge.forget(volume)
+	for _, g := range []*prometheus.GaugeVec{m.dirty, m.hitRatio, m.bypassed, m.available, m.writebackRate, m.state, m.wear,
 		m.flushing, m.flushRemaining, m.passActive, m.writeLimit, m.ioErrors, m.flushPeriod, m.maxWear, m.verdict, m.writebackRefused} {
 		g.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	}
 	m.errors.DeletePartialMatch(prometheus.Labels{"volume": volume})
 	m.runs.DeletePartialMatch(prometheus.Labels{"volume": volume})
+	m.passes.DeletePartialMatch(prometheus.Labels{"volume": volume})
+}
+
+// dirtyAges exports flashcache_volume_dirty_age_seconds, worked out when scraped from the last
+// time each volume was seen clean. A gauge set by the rounds would stand still while a round is
+// busy, and a pass's writethrough finish keeps its round for as long as the backing disk needs
+// (minutes on a slow one): the age would read short exactly while the data is overdue.
+type dirtyAges struct {
+	desc *prometheus.Desc
+	now  func() time.Time
+	mu   sync.Mutex
+	// since holds each volume's last clean time; nil for a volume clean now.
+	since map[string]*time.Time
+}
+
+func newDirtyAges(reg prometheus.Registerer, now func() time.Time) *dirtyAges {
+	d := &dirtyAges{now: now, since: map[string]*time.Time{},
+		desc: prometheus.NewDesc("flashcache_volume_dirty_age_seconds", "A bound on the age of the oldest dirty data: time since the volume was last seen clean, "+
+			"as of the scrape (0 when clean; absent while dirty and not yet seen clean).", []string{"volume"}, nil)}
+	reg.MustRegister(d)
+	return d
+}
+
+func (d *dirtyAges) observe(volume string, s *engine.Status) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	switch {
+	case s.DirtySince != nil:
+		since := *s.DirtySince
+		d.since[volume] = &since
+	case !s.Dirty():
+		d.since[volume] = nil
+	default:
+		delete(d.since, volume)
+	}
+}
+
+func (d *dirtyAges) forget(volume string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.since, volume)
+}
+
+func (d *dirtyAges) Describe(ch chan<- *prometheus.Desc) { ch <- d.desc }
+
+func (d *dirtyAges) Collect(ch chan<- prometheus.Metric) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.now()
+	for volume, since := range d.since {
+		age := 0.0
+		if since != nil {
+			age = now.Sub(*since).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(d.desc, prometheus.GaugeValue, age, volume)
+	}
 }
 
 // boolGauge is a 0/1 series' value.

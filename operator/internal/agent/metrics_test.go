@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/flashcache/flashcache/operator/internal/controller"
 	"github.com/flashcache/flashcache/operator/internal/engine"
@@ -78,5 +79,63 @@ func TestDashboardAndAlertsUseOnlyExportedSeries(t *testing.T) {
 		if !seen[name] {
 			t.Errorf("the operator exports %s, which no dashboard panel shows and no alert uses", name)
 		}
+	}
+}
+
+// The dirty age is the time since the volume was last seen clean as of the scrape, not as of the
+// round that saw it dirty: a round held for minutes by a pass's writethrough finish must not
+// hold the age with it.
+func TestDirtyAgeIsOfTheScrape(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	clock := time.Date(2026, 12, 6, 3, 0, 0, 0, time.UTC)
+	m.dirtyAge.now = func() time.Time { return clock }
+	v := engine.Volume{Name: "v"}
+	cleanAt := clock.Add(-90 * time.Second)
+	m.Observe(v, &engine.Result{Status: &engine.Status{State: "dirty", DirtyBytes: 1 << 20, DirtySince: &cleanAt}}, nil)
+	if got := testutil.ToFloat64(m.dirtyAge); got != 90 {
+		t.Errorf("age %v s at the round, want 90", got)
+	}
+	clock = clock.Add(5 * time.Minute)
+	if got := testutil.ToFloat64(m.dirtyAge); got != 390 {
+		t.Errorf("age %v s five minutes after the round, want 390", got)
+	}
+	m.Observe(v, &engine.Result{Status: &engine.Status{State: "clean"}}, nil)
+	if got := testutil.ToFloat64(m.dirtyAge); got != 0 {
+		t.Errorf("age %v s of a clean volume, want 0", got)
+	}
+	// Dirty and never seen clean (the agent just started): no bound to give.
+	m.Observe(v, &engine.Result{Status: &engine.Status{State: "dirty", DirtyBytes: 1 << 20}}, nil)
+	if n := testutil.CollectAndCount(m.dirtyAge); n != 0 {
+		t.Errorf("%d age series for a volume never seen clean, want none", n)
+	}
+	m.Observe(v, &engine.Result{Status: &engine.Status{State: "clean"}}, nil)
+	m.Forget("v")
+	if n := testutil.CollectAndCount(m.dirtyAge); n != 0 {
+		t.Errorf("%d age series after the volume was forgotten, want none", n)
+	}
+}
+
+// Passes are counted as they end, by whether the blocking flush in writethrough finished them;
+// both series exist from the first round, so that increase() sees the first pass of each.
+func TestFlushPassesCountedByOutcome(t *testing.T) {
+	m := NewMetrics(prometheus.NewRegistry())
+	count := func(outcome string) float64 { return testutil.ToFloat64(m.passes.WithLabelValues("v", outcome)) }
+	m.Pass("v", &engine.PassReport{})
+	if n := testutil.CollectAndCount(m.passes); n != 2 {
+		t.Errorf("%d pass series after a round without a pass, want 2 (one an outcome)", n)
+	}
+	for _, p := range []engine.PassReport{
+		{Started: true, Active: true}, {Active: true},
+		{Ended: true, Swept: true},
+		{Started: true, Active: true}, {Ended: true, FinishedInWritethrough: true},
+		{Started: true, Active: true}, {Ended: true},
+	} {
+		m.Pass("v", &p)
+	}
+	if got := count(passOutcomeWriteback); got != 2 {
+		t.Errorf("%v passes ended in writeback, want 2", got)
+	}
+	if got := count(passOutcomeWritethrough); got != 1 {
+		t.Errorf("%v passes finished in writethrough, want 1", got)
 	}
 }

@@ -226,7 +226,7 @@ func TestAlertsHaveASeverityAndARunbook(t *testing.T) {
 			}
 		}
 	}
-	if alerts < 9 {
-		t.Errorf("%d alerts, want the nine the chart documents", alerts)
+	if alerts < 10 {
+		t.Errorf("%d alerts, want the ten the chart documents", alerts)
 	}
 }
