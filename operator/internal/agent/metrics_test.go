@@ -122,7 +122,7 @@ func TestFlushPassesCountedByOutcome(t *testing.T) {
 	count := func(outcome string) float64 { return testutil.ToFloat64(m.passes.WithLabelValues("v", outcome)) }
 	m.Pass("v", &engine.PassReport{})
 	if n := testutil.CollectAndCount(m.passes); n != 2 {
-		t.Errorf("%d pass series after a round without a pass, want 2 (one an outcome)", n)
+		t.Errorf("%d pass series after a round without a pass, want 2 (one for each outcome)", n)
 	}
 	for _, p := range []engine.PassReport{
 		{Started: true, Active: true}, {Active: true},

@@ -47,6 +47,7 @@ cfg=/root/a-period.yaml
 dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache
 rm -f /var/lib/flashcache/state/vol-a.json /root/run.log
 now() { date +%%s.%%N; }
+` + scrapeMetrics + `
 start_loop() { nohup flashcache node run --config $cfg --interval %[1]ds --metrics-bind-address 127.0.0.1:8090 >>/root/run.log 2>&1 & echo $! >/root/run.pid; }
 writer=""
 trap 'kill $writer 2>/dev/null || true; [ -f /root/run.pid ] && kill $(cat /root/run.pid) 2>/dev/null || true' EXIT
@@ -80,7 +81,7 @@ while before "$(awk -v s=$loop_started 'BEGIN { printf "%%.3f", s + %[5]d }')"; 
 	if [ "$got" = "$want" ]; then arrived=$(now); break; fi
 	# The loop's bound on the age of dirty data, against the marker's age as the loop's last
 	# round saw it: never less.
-	bound=$( (exec 3<>/dev/tcp/127.0.0.1/8090 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null |
+	bound=$(scrape_metrics 8090 |
 		awk '/^flashcache_volume_dirty_age_seconds\{volume="vol-a"\}/ {print $2}')
 	if [ -n "$bound" ]; then
 		if [ -z "$restarted" ]; then bounds_before=$((bounds_before + 1)); else bounds_after=$((bounds_after + 1)); fi
@@ -493,13 +494,13 @@ const passScript = `set -eu
 dev=$(basename $(readlink -f /dev/flashcache/vol-a)); bc=/sys/block/$dev/bcache; hdd=$(basename $(readlink -f %[5]s))
 rm -f /var/lib/flashcache/state/vol-a.json /var/lib/flashcache/state/vol-a.pass-extents /root/pass.log /root/pass-samples /root/pass.done /root/pass-metrics.txt
 now() { date +%%s.%%N; }
-` + scrapePassLoop + `
+` + scrapeMetrics + `
 {
 writer=""
 trap '[ -n "$writer" ] && kill $writer 2>/dev/null || true; [ -f /root/pass.pid ] && kill $(cat /root/pass.pid) 2>/dev/null || true' EXIT
 started=$(now)
 nohup flashcache node run --config /root/a-pass.yaml --interval %[1]ds --metrics-bind-address 127.0.0.1:8091 >/root/pass.log 2>&1 & echo $! >/root/pass.pid
-for i in $(seq 50); do scrape_pass_loop | grep -qE '^flashcache_volume_dirty_age_seconds\{volume="vol-a"\} 0$' && break; sleep 0.2; done
+for i in $(seq 50); do scrape_metrics 8091 | grep -qE '^flashcache_volume_dirty_age_seconds\{volume="vol-a"\} 0$' && break; sleep 0.2; done
 fio --name=scatter --filename=/dev/flashcache/vol-a --rw=randwrite --bs=4k --direct=1 --offset=1m --size=2g --io_size=%[3]dm --randrepeat=0 --output=/dev/null
 head -c 4096 /dev/urandom > /root/marker
 dd if=/root/marker of=/dev/flashcache/vol-a bs=4k seek=$(( %[4]d * 256 )) oflag=direct conv=fsync status=none
@@ -518,7 +519,7 @@ while [ ${EPOCHREALTIME%%.*} -lt $deadline ]; do
 	sleep 0.2
 done
 # The round that logged the pass's end counts it a moment later.
-sleep 1; scrape_pass_loop >/root/pass-metrics.txt || true
+sleep 1; scrape_metrics 8091 >/root/pass-metrics.txt || true
 kill $(cat /root/pass.pid); while kill -0 $(cat /root/pass.pid) 2>/dev/null; do sleep 0.2; done; rm -f /root/pass.pid
 kill $writer; wait $writer 2>/dev/null || true
 echo "started $started"
@@ -527,8 +528,9 @@ cat /root/pass-samples
 touch /root/pass.done
 `
 
-// scrapePassLoop defines scrape_pass_loop, which prints the metrics of passScript's loop.
-const scrapePassLoop = `scrape_pass_loop() { (exec 3<>/dev/tcp/127.0.0.1/8091 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null; }`
+// scrapeMetrics defines scrape_metrics PORT, which prints what a loop's metrics server on
+// 127.0.0.1:PORT serves, headers and all, with the shell alone.
+const scrapeMetrics = `scrape_metrics() { (exec 3<>/dev/tcp/127.0.0.1/$1 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 && cat <&3) 2>/dev/null; }`
 
 // passRun is what passScript saw.
 type passRun struct {
@@ -705,7 +707,7 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 	// log line that announces it: on a loaded host the flush may look at the volume seconds later,
 	// and a disk restored meanwhile had left it clean, with nothing for the flush to do.
 	mode := "/sys/block/$(basename $(readlink -f /dev/flashcache/vol-a))/bcache/cache_mode"
-	scrapeAge := scrapePassLoop + `; echo "$(date +%s.%N) $(scrape_pass_loop | awk '/^flashcache_volume_dirty_age_seconds\{volume="vol-a"\}/ {print $2}')"`
+	scrapeAge := scrapeMetrics + `; echo "$(date +%s.%N) $(scrape_metrics 8091 | awk '/^flashcache_volume_dirty_age_seconds\{volume="vol-a"\}/ {print $2}')"`
 	type ageSeen struct{ at, age float64 }
 	var ages []ageSeen
 	var slowSince time.Time
