@@ -260,11 +260,23 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 
 	t.Run("DrainBlocksUntilCleanAndPrintsProgress", func(t *testing.T) {
 		dirty := b.dirty(t, 12)
+		// The HDD slowed to 40 writes a second for the drain: at its own 150 the 12 MiB went in
+		// about 16 s, and on a loaded host (CI, beside other tiers) one round of the role's wait
+		// took as long, so the flush was over before the second round read a progress line. A
+		// user's slow flush is what the progress is for; about a minute of it gives each run
+		// several rounds.
+		if err := vm.SetIOPS(ctx, hdd, 40); err != nil {
+			t.Fatalf("slowing the HDD for the drain: %v", err)
+		}
+		defer func() {
+			if err := vm.SetIOPS(ctx, hdd, 0); err != nil {
+				t.Errorf("giving the HDD its own speed back: %v", err)
+			}
+		}()
 		began := time.Now()
-		// 12 MiB drain in about 26 s; a drain that stalls fails within 5 minutes with the role's
-		// own message (the last progress line) instead of meeting the playbook's 15-minute kill.
-		// key=value, as a user types it: the value is then a string, which the role's arithmetic
-		// must take.
+		// A drain that stalls fails within 5 minutes with the role's own message (the last
+		// progress line) instead of meeting the playbook's 15-minute kill. key=value, as a user
+		// types it: the value is then a string, which the role's arithmetic must take.
 		out, r, ok := b.playbook(t, "drain.yml", "-e", "flashcache_drain_progress_interval=2", "-e", "flashcache_drain_timeout=300")
 		if !ok || r.failed != 0 {
 			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
@@ -275,6 +287,13 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 			t.Fatalf("drain printed no progress:\n%s", tail(out))
 		}
 		t.Logf("%d progress lines, first %q, last %q", len(progress), progress[0][1], progress[len(progress)-1][1])
+		dirtyIn := func(line string) float64 {
+			v, _ := strconv.ParseFloat(strings.Fields(strings.TrimPrefix(line, volumeName+": "))[0], 64)
+			return v
+		}
+		if first, last := dirtyIn(progress[0][1]), dirtyIn(progress[len(progress)-1][1]); len(progress) > 1 && last >= first {
+			t.Errorf("the progress lines do not show the flush advancing: %.1f MiB dirty first, %.1f MiB last", first, last)
+		}
 		if d, mode := b.nodeStatus(t); d != 0 || mode != "writethrough" {
 			t.Errorf("after drain: %d bytes dirty, %s; want 0 and writethrough (held)", d, mode)
 		}
