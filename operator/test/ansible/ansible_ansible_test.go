@@ -261,7 +261,7 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 	t.Run("DrainBlocksUntilCleanAndPrintsProgress", func(t *testing.T) {
 		dirty := b.dirty(t, 12)
 		// The HDD slowed to 40 writes a second for the drain: at its own 150 the 12 MiB went in
-		// about 16 s, and on a loaded host (CI, beside other tiers) one round of the role's wait
+		// about 20 s, and on a loaded host (CI, beside other tiers) one round of the role's wait
 		// took as long, so the flush was over before the second round read a progress line. A
 		// user's slow flush is what the progress is for; about a minute of it gives each run
 		// several rounds.
