@@ -282,16 +282,16 @@ func TestPlaybooksOnTheVM(t *testing.T) {
 			t.Fatalf("drain: ok=%v, recap %+v\n%s", ok, r, tail(out))
 		}
 		t.Logf("drain of %.1f MiB took %s", float64(dirty)/(1<<20), time.Since(began).Round(time.Second))
-		progress := regexp.MustCompile(`"msg": "(`+volumeName+`: [0-9.]+ MiB dirty[^"]*)"`).FindAllStringSubmatch(out, -1)
+		progress := regexp.MustCompile(`"msg": "(`+volumeName+`: ([0-9.]+) MiB dirty[^"]*)"`).FindAllStringSubmatch(out, -1)
 		if len(progress) == 0 {
 			t.Fatalf("drain printed no progress:\n%s", tail(out))
 		}
 		t.Logf("%d progress lines, first %q, last %q", len(progress), progress[0][1], progress[len(progress)-1][1])
-		dirtyIn := func(line string) float64 {
-			v, _ := strconv.ParseFloat(strings.Fields(strings.TrimPrefix(line, volumeName+": "))[0], 64)
+		dirtyIn := func(line []string) float64 {
+			v, _ := strconv.ParseFloat(line[2], 64)
 			return v
 		}
-		if first, last := dirtyIn(progress[0][1]), dirtyIn(progress[len(progress)-1][1]); len(progress) > 1 && last >= first {
+		if first, last := dirtyIn(progress[0]), dirtyIn(progress[len(progress)-1]); len(progress) > 1 && last >= first {
 			t.Errorf("the progress lines do not show the flush advancing: %.1f MiB dirty first, %.1f MiB last", first, last)
 		}
 		if d, mode := b.nodeStatus(t); d != 0 || mode != "writethrough" {
