@@ -9,9 +9,9 @@ import "time"
 const (
 	DefaultOverProvisionPercent int32 = 20
 	DefaultMode                       = CacheModeWriteback
-	// DefaultDirtyThresholdPercent is 40, not bcache's 10: above the threshold bcache writes back
-	// at full rate and passes every commit's flush to the backing disk (docs/benchmarks.md).
-	DefaultDirtyThresholdPercent int32 = 40
+	// DefaultDirtyThresholdPercent is 1, not bcache's 10 (40 until 2026-12-06): writeback all the
+	// time leaves the flush passes little to write (docs/operations.md#tuning).
+	DefaultDirtyThresholdPercent int32 = 1
 	DefaultFlushPeriod                 = 5 * time.Minute
 	// DefaultFlushThrottle is Disabled until the long runs show Proportional keeps throughput steadier.
 	DefaultFlushThrottle               = FlushThrottleDisabled

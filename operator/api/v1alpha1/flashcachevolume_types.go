@@ -343,12 +343,14 @@ type FlashCacheVolumeSpec struct {
 	// +kubebuilder:default=writeback
 	Mode CacheMode `json:"mode,omitempty"`
 
-	// dirtyThresholdPercent is the share of the cache that may hold dirty data before writeback
-	// speeds up (bcache writeback_percent). The default is 40, not bcache's 10: above the
-	// threshold bcache writes back at full rate and passes every commit's flush to the backing
-	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
+	// dirtyThresholdPercent is the share of the cache bcache's writeback aims to keep dirty
+	// (bcache writeback_percent): above it, writeback speeds up in proportion to the excess. The
+	// default is 1, not bcache's 10: writeback then runs all the time, so each flush pass finds
+	// little to write and ends in writeback, and a database's throughput is higher and steadier
+	// than with more dirty data held (docs/operations.md#tuning). 0 leaves writeback unthrottled,
+	// at idle I/O priority.
 	// +optional
-	// +kubebuilder:default=40
+	// +kubebuilder:default=1
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=40
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`

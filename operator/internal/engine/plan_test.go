@@ -147,8 +147,9 @@ func TestPlanUsesTheDefaultDirtyThresholdWhenUnset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := kinds(steps); got != "set-tunable:writeback_percent" || steps[0].Value != "40" {
-		t.Errorf("steps = %+v, want writeback_percent set to 40", steps)
+	want := strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent))
+	if got := kinds(steps); got != "set-tunable:writeback_percent" || steps[0].Value != want {
+		t.Errorf("steps = %+v, want writeback_percent set to the default, %s", steps, want)
 	}
 }
 

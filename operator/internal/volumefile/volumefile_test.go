@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 )
 
@@ -40,7 +41,7 @@ func TestReadAppliesTheCRDDefaults(t *testing.T) {
 		t.Fatalf("volumes = %+v", vols)
 	}
 	a := vols[0].Spec
-	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != 40 ||
+	if *a.CacheDevice.OverProvisionPercent != 20 || a.Mode != "writeback" || *a.DirtyThresholdPercent != fcv1.DefaultDirtyThresholdPercent ||
 		a.FlushPeriod.Duration.String() != "5m0s" || a.SequentialCutoff.String() != "4Mi" || a.Volume.FSType != "xfs" ||
 		a.CacheSequentialUntilFull == nil || !*a.CacheSequentialUntilFull || a.CacheDevice.BucketSize.String() != "512Ki" {
 		t.Errorf("defaults not applied: %+v", a)

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/blockdev"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -491,7 +492,7 @@ func testBuild(t *testing.T, g *guest) {
 	bc := "/sys/block/" + st.Device + "/bcache/"
 	for file, want := range map[string]string{
 		// The cutoff is 0 while the new cache fills (cacheSequentialUntilFull).
-		"cache_mode": "[writeback]", "writeback_percent": "40", "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
+		"cache_mode": "[writeback]", "writeback_percent": strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent)), "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
 	} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)

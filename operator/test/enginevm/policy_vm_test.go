@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -23,6 +24,10 @@ import (
 // is read directly at the marker's offset until the marker is there. `flashcache node run` (the
 // loop a host runs, the agent's twin) is restarted in between, at a moment when a schedule kept
 // in memory would start its period again and miss the bound.
+// defaultPercent is writeback_percent as the engine sets it for a spec that leaves
+// dirtyThresholdPercent out.
+var defaultPercent = strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent))
+
 const (
 	// agePeriod: a pass every 40 s (half the period), each with a minute's limit (the floor).
 	agePeriod   = 80 * time.Second
@@ -176,9 +181,9 @@ func testFlushPeriodBoundsDirtyAge(t *testing.T, g *guest) {
 	if strings.Contains(runLog, "finished in writethrough") {
 		t.Errorf("the pass did not get %d MiB clean within its limit %s and was finished in writethrough", ageDirtyMiB, passLimit)
 	}
-	if len(passEnds) == 0 || r.PercentAfter != "40" || r.DelayAfter != "1" || r.RateMinimumAfter != "8" {
-		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s, writeback_rate_minimum %s; want the pass done and 40, 1, 8",
-			len(passEnds), r.PercentAfter, r.DelayAfter, r.RateMinimumAfter)
+	if len(passEnds) == 0 || r.PercentAfter != defaultPercent || r.DelayAfter != "1" || r.RateMinimumAfter != "8" {
+		t.Errorf("after the pass: %d passes done, writeback_percent %s, writeback_delay %s, writeback_rate_minimum %s; want the pass done and %s, 1, 8",
+			len(passEnds), r.PercentAfter, r.DelayAfter, r.RateMinimumAfter, defaultPercent)
 	}
 	if len(passEnds) > 0 {
 		checkPassPaced(t, g.sh(t, "cat /root/age-samples"), passStarts[0], passEnds[0], passDirtyAtStart(t, runLog), passLimit)
@@ -256,8 +261,8 @@ func testBackgroundFlush(t *testing.T, g *guest) {
 	if s := r.Volumes[0].Status; s == nil || s.CacheMode != "writeback" || s.State != "clean" {
 		t.Errorf("after the background flush: %+v, want clean in writeback", s)
 	}
-	if p := g.sh(t, "cat "+bc+"writeback_percent"); p != "40" {
-		t.Errorf("writeback_percent after the background flush = %s, want the spec's 40 back", p)
+	if p := g.sh(t, "cat "+bc+"writeback_percent"); p != defaultPercent {
+		t.Errorf("writeback_percent after the background flush = %s, want the default's %s back", p, defaultPercent)
 	}
 	// On a clean volume it has nothing to do.
 	r, code, _ = g.node(t, "flush", "a-period.yaml", "--background")

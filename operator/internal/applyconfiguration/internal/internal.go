@@ -232,7 +232,7 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: dirtyThresholdPercent
       type:
         scalar: numeric
-      default: 40
+      default: 1
     - name: flushPeriod
       type:
         namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Duration

@@ -28,10 +28,12 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// mode is bcache's cache mode. Writeback is enabled only after the safety checks pass
 	// (or policy is Warn); drains hold the volume in writethrough while they flush.
 	Mode *apiv1alpha1.CacheMode `json:"mode,omitempty"`
-	// dirtyThresholdPercent is the share of the cache that may hold dirty data before writeback
-	// speeds up (bcache writeback_percent). The default is 40, not bcache's 10: above the
-	// threshold bcache writes back at full rate and passes every commit's flush to the backing
-	// disk, which stalls a database that is still under its working set (docs/benchmarks.md).
+	// dirtyThresholdPercent is the share of the cache bcache's writeback aims to keep dirty
+	// (bcache writeback_percent): above it, writeback speeds up in proportion to the excess. The
+	// default is 1, not bcache's 10: writeback then runs all the time, so each flush pass finds
+	// little to write and ends in writeback, and a database's throughput is higher and steadier
+	// than with more dirty data held (docs/operations.md#tuning). 0 leaves writeback unthrottled,
+	// at idle I/O priority.
 	DirtyThresholdPercent *int32 `json:"dirtyThresholdPercent,omitempty"`
 	// flushPeriod bounds how long dirty data stays on the cache device only. Every half period a
 	// flush pass writes the dirty data back while the volume stays in writeback, paced over most
