@@ -492,11 +492,14 @@ func testBuild(t *testing.T, g *guest) {
 	bc := "/sys/block/" + st.Device + "/bcache/"
 	for file, want := range map[string]string{
 		// The cutoff is 0 while the new cache fills (cacheSequentialUntilFull).
-		"cache_mode": "[writeback]", "writeback_percent": strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent)), "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
+		"cache_mode": "[writeback]", "sequential_cutoff": "0.0k", "writeback_delay": "1", "label": "fc-vol-a",
 	} {
 		if got := g.sh(t, "cat "+bc+file); !strings.Contains(got, want) {
 			t.Errorf("%s = %q, want %q", file, got, want)
 		}
+	}
+	if got, want := g.sh(t, "cat "+bc+"writeback_percent"), strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent)); got != want {
+		t.Errorf("writeback_percent = %q, want the default, %q", got, want)
 	}
 	if got := g.sh(t, "cat /sys/class/block/"+disk+"p1/bcache/cache_replacement_policy"); !strings.Contains(got, "[lru]") {
 		t.Errorf("cache_replacement_policy = %q", got)
