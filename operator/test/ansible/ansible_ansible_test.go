@@ -23,6 +23,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/testenv"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -425,7 +426,8 @@ func testPool(t *testing.T, b *bed, nvme, hdd vmharness.Disk) {
 		if got := b.sh(t, "lvs --noheadings -o lv_name fcp-db | sort | tr -s ' \\n' ' '"); strings.TrimSpace(got) != "fc-pool-a fc-pool-b" {
 			t.Errorf("logical volumes of the pool: %q", got)
 		}
-		for name, percent := range map[string]string{"pool-a": "40", "pool-b": "20"} {
+		// pool-a leaves the threshold to its default; pool-b sets its own.
+		for name, percent := range map[string]string{"pool-a": strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent)), "pool-b": "20"} {
 			if _, mode := b.nodeStatusOf(t, name); mode != "writeback" {
 				t.Errorf("%s: cache mode %s, want writeback", name, mode)
 			}
