@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 	"github.com/flashcache/flashcache/operator/internal/engine"
 	"github.com/flashcache/flashcache/operator/test/vmharness"
 )
@@ -24,10 +23,6 @@ import (
 // is read directly at the marker's offset until the marker is there. `flashcache node run` (the
 // loop a host runs, the agent's twin) is restarted in between, at a moment when a schedule kept
 // in memory would start its period again and miss the bound.
-// defaultPercent is writeback_percent as the engine sets it for a spec that leaves
-// dirtyThresholdPercent out.
-var defaultPercent = strconv.Itoa(int(fcv1.DefaultDirtyThresholdPercent))
-
 const (
 	// agePeriod: a pass every 40 s (half the period), each with a minute's limit (the floor).
 	agePeriod   = 80 * time.Second
