@@ -810,8 +810,8 @@ func testPassFinishedInWritethrough(t *testing.T, g *guest) {
 // backing disk slowed to 3 I/O a second, as in testPassFinishedInWritethrough) limits, before its
 // own limit, the writes of the top-level cgroup that writes to the volume (passScript's writer
 // runs from an ssh session): the engine sets io.max's wbps for the bcache device there. The
-// writer then writes no faster than the limit (the kernel applies it), and a spec that turns the
-// throttle off lifts it.
+// writer then writes no faster than the limit (the kernel applies it), the limit is kept after the
+// pass, and a spec that turns the throttle off lifts it.
 func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
 	const slowIOPS = 3
 	restore := func() {}
@@ -830,20 +830,6 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	}
 	var readings []reading
 	writerCgroup := ""
-	// heldFor is how long the last reading's limit has held, 0 for none.
-	heldFor := func() float64 {
-		n := len(readings)
-		if n == 0 || readings[n-1].wbps == 0 {
-			return 0
-		}
-		i := n - 1
-		for i > 0 && readings[i-1].wbps == readings[n-1].wbps {
-			i--
-		}
-		return readings[n-1].at - readings[i].at
-	}
-	// offAt is when the spec turned the throttle off while the pass lagged (guest clock).
-	var offAt float64
 	var r passRun
 	var set []float64
 	// A round in which the pass could not lag as the test means it to, because the backing disk
@@ -856,7 +842,7 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	const rounds = 3
 	for round := 1; ; round++ {
 		restore = g.slowDisk(t, hddA, slowIOPS)
-		readings, writerCgroup, offAt = nil, "", 0
+		readings, writerCgroup = nil, ""
 		r = g.runPass(t, 2, "  flushThrottle: Proportional\n", func(log string) {
 			if strings.Contains(log, "finishing it in writethrough") {
 				restore()
@@ -869,14 +855,6 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 				wbytes, _ := strconv.ParseInt(f[3], 10, 64)
 				readings = append(readings, reading{at, wbps, wbytes})
 				writerCgroup = f[1]
-			}
-			// Once a limit has held long enough to be checked below, the spec turns the
-			// throttle off while the pass still lags, and the loop reads it at its next round.
-			// Turned off after the run instead, the limit had often gone already: a pass
-			// finished in writethrough lifts it.
-			if offAt == 0 && heldFor() >= 6 {
-				g.volumeFile(t, "a-pass-off.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+"  flushPeriod: 30s\n  flushThrottle: Disabled\n")
-				offAt, _ = strconv.ParseFloat(g.sh(t, "mv /root/a-pass-off.yaml /root/a-pass.yaml && echo $EPOCHREALTIME"), 64)
 			}
 		})
 		restore()
@@ -947,28 +925,41 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 	if !checked {
 		t.Errorf("no limit was seen in the writer's cgroup's io.max for 5 s while the pass ran: %v", readings)
 	}
-	// Turned off in the spec, the limit went at the loop's next round (every 5 s), while the
-	// pass still lagged, not only when the writethrough finish lifted it.
-	if offAt == 0 {
-		t.Fatalf("no limit held for 6 s, so the spec never turned the throttle off: %v", readings)
+	// The limit outlives the pass, for the next one: after a pass done in writeback, and after
+	// one finished in writethrough, no higher than before, although that blocking flush cleaned
+	// the volume: its writer goes on and dirties it again.
+	if writerCgroup == "" {
+		t.Fatalf("the writer's cgroup was never read")
 	}
-	liftedAt := math.Inf(1)
-	for _, at := range logTimes(t, r.log, "write limit lifted") {
-		if at >= offAt {
-			liftedAt = min(liftedAt, at)
+	ending := "done in writeback"
+	if len(r.finished) > 0 {
+		ending = "finished in writethrough"
+	}
+	var before int64
+	for _, rd := range readings {
+		if rd.wbps > 0 {
+			before = rd.wbps
 		}
 	}
-	switch {
-	case math.IsInf(liftedAt, 1):
-		t.Errorf("the loop did not say it lifted the limit after the spec turned the throttle off at %.1f s:\n%s", offAt-r.started, r.log)
-	case liftedAt >= end:
-		t.Errorf("the limit was lifted at %.1f s, by the writethrough finish at %.1f s, not by the spec that turned the throttle off at %.1f s",
-			liftedAt-r.started, end-r.started, offAt-r.started)
-	default:
-		t.Logf("the spec turned the throttle off at %.1f s; the loop lifted the limit at %.1f s", offAt-r.started, liftedAt-r.started)
+	kept := strings.Fields(g.sh(t, "CG="+writerCgroup+"\n"+readCgroup))
+	if len(kept) != 4 || kept[2] == "max" {
+		t.Errorf("after the pass %s, %s/io.max does not limit the volume (%v): the limit must be kept for the next pass; log:\n%s", ending, writerCgroup, kept, r.log)
+	} else if wbps, _ := strconv.ParseInt(kept[2], 10, 64); wbps > before {
+		t.Errorf("after the pass %s the limit is %d B/s, above the %d B/s it was while the pass lagged", ending, wbps, before)
+	} else {
+		t.Logf("after the pass %s the limit is %d B/s (%d B/s while it lagged)", ending, wbps, before)
 	}
+	// Turned off in the spec, the limit goes at the next run: the loop runs until it says so, a
+	// minute at most (a first round on a loaded host took longer than the 8 s it once had).
+	g.volumeFile(t, "a-pass-off.yaml", "vol-a", cacheA.ByID(), hddA.ByID(), trusted+"  flushPeriod: 30s\n  flushThrottle: Disabled\n")
+	g.sh(t, `flashcache node run --config /root/a-pass-off.yaml --interval 2s --metrics-bind-address 0 >/root/pass-off.log 2>&1 & pid=$!
+for i in $(seq 120); do grep -q "write limit lifted" /root/pass-off.log && break; sleep 0.5; done
+kill $pid 2>/dev/null || true; wait $pid || true`)
 	if got := strings.Fields(g.sh(t, "CG="+writerCgroup+"\n"+readCgroup)); len(got) != 4 || got[2] != "max" {
-		t.Errorf("%s/io.max still limits the volume after flushThrottle Disabled: %v", writerCgroup, got)
+		t.Errorf("%s/io.max still limits the volume after flushThrottle Disabled: %v\n%s", writerCgroup, got, g.sh(t, "cat /root/pass-off.log"))
+	}
+	if !strings.Contains(g.sh(t, "cat /root/pass-off.log"), "write limit lifted") {
+		t.Errorf("the loop did not say it lifted the limit:\n%s", g.sh(t, "cat /root/pass-off.log"))
 	}
 	if _, code, stderr := g.node(t, "flush", "a.yaml", "--pass", "--timeout", "5m"); code != 0 {
 		t.Fatalf("flush --pass afterwards: exit %d\n%s", code, stderr)
