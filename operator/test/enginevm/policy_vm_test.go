@@ -828,6 +828,22 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 		at           float64
 		wbps, wbytes int64
 	}
+	// readLimit reads the limit of the cgroup cg, or of the writer's when cg is empty; wbps 0 is
+	// none ("max").
+	readLimit := func(cg string) (rd reading, cgroup string, ok bool) {
+		script := readCgroup
+		if cg != "" {
+			script = "CG=" + cg + "\n" + readCgroup
+		}
+		f := strings.Fields(g.sh(t, script))
+		if len(f) != 4 {
+			return reading{}, "", false
+		}
+		rd.at, _ = strconv.ParseFloat(f[0], 64)
+		rd.wbps, _ = strconv.ParseInt(f[2], 10, 64) // "max": 0
+		rd.wbytes, _ = strconv.ParseInt(f[3], 10, 64)
+		return rd, f[1], true
+	}
 	var readings []reading
 	writerCgroup := ""
 	var r passRun
@@ -848,13 +864,9 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 				restore()
 				return
 			}
-			f := strings.Fields(g.sh(t, readCgroup))
-			if len(f) == 4 {
-				at, _ := strconv.ParseFloat(f[0], 64)
-				wbps, _ := strconv.ParseInt(f[2], 10, 64) // "max": 0
-				wbytes, _ := strconv.ParseInt(f[3], 10, 64)
-				readings = append(readings, reading{at, wbps, wbytes})
-				writerCgroup = f[1]
+			if rd, cg, ok := readLimit(""); ok {
+				readings = append(readings, rd)
+				writerCgroup = cg
 			}
 		})
 		restore()
@@ -941,13 +953,12 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 			before = rd.wbps
 		}
 	}
-	kept := strings.Fields(g.sh(t, "CG="+writerCgroup+"\n"+readCgroup))
-	if len(kept) != 4 || kept[2] == "max" {
-		t.Errorf("after the pass %s, %s/io.max does not limit the volume (%v): the limit must be kept for the next pass; log:\n%s", ending, writerCgroup, kept, r.log)
-	} else if wbps, _ := strconv.ParseInt(kept[2], 10, 64); wbps > before {
-		t.Errorf("after the pass %s the limit is %d B/s, above the %d B/s it was while the pass lagged", ending, wbps, before)
+	if kept, _, ok := readLimit(writerCgroup); !ok || kept.wbps == 0 {
+		t.Errorf("after the pass %s, %s/io.max does not limit the volume: the limit must be kept for the next pass; log:\n%s", ending, writerCgroup, r.log)
+	} else if kept.wbps > before {
+		t.Errorf("after the pass %s the limit is %d B/s, above the %d B/s it was while the pass lagged", ending, kept.wbps, before)
 	} else {
-		t.Logf("after the pass %s the limit is %d B/s (%d B/s while it lagged)", ending, wbps, before)
+		t.Logf("after the pass %s the limit is %d B/s (%d B/s while it lagged)", ending, kept.wbps, before)
 	}
 	// Turned off in the spec, the limit goes at the next run: the loop runs until it says so, a
 	// minute at most (a first round on a loaded host took longer than the 8 s it once had).
