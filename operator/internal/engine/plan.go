@@ -153,11 +153,14 @@ type Desired struct {
 	// sets it from the volume's state.
 	Passing bool
 	// PaceUntil is when a paced pass should have written back what is dirty: until then bcache's
-	// writeback rate floor is the dirty data over the time left (its own throttle stays on above
-	// the dirty threshold), so the backing disk takes a steady share of writeback rather than a
+	// writeback rate floor is the dirty data over PaceOver (its own throttle stays on above the
+	// dirty threshold), so the backing disk takes a steady share of writeback rather than a
 	// burst that commits queue behind. After it, or when zero (a pass asked for), the pass
 	// writes back at full speed.
 	PaceUntil time.Time
+	// PaceOver is the time a paced pass spreads its writeback over, from its start to PaceUntil:
+	// the floor is what is dirty over all of it, however much of it is gone (passPace says why).
+	PaceOver time.Duration
 	// FlushRequest asks Converge for a flush pass now (in writeback mode, unlike a drain's
 	// flush): a token, honoured once, when it differs from the last one honoured.
 	FlushRequest string
@@ -581,7 +584,7 @@ func tunables(v Volume, want Desired, cacheUnusedPercent int, dirtyBytes int64) 
 	if want.Passing {
 		// No pause between scans, in writeback mode, so commits still land on the SSD.
 		delay = "0"
-		if floor, paced := passPace(dirtyBytes, time.Until(want.PaceUntil)); paced {
+		if floor, paced := passPace(dirtyBytes, want.PaceOver, time.Until(want.PaceUntil)); paced {
 			rateMinimum = paceTunable(floor)
 		} else {
 			// No target: no throttle, and writeback at idle I/O priority, below the database's

@@ -446,8 +446,9 @@ func TestOursIsOneRuleForPlanCheckAndTeardown(t *testing.T) {
 }
 
 // A periodic pass spreads its writeback up to its pace deadline: the rate floor is raised to the
-// dirty data over the time left, the throttle stays, and a floor already high enough is kept.
-// After the deadline, and for a pass asked for, writeback goes at full speed.
+// dirty data over the pace, the throttle stays, and a floor already high enough is kept; the same
+// dirty data nearer the deadline does not raise it. After the deadline, and for a pass asked for,
+// writeback goes at full speed.
 func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
 	v := testVolume()
 	o := converged(v)
@@ -468,7 +469,10 @@ func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
 	}
 
 	// 120 MiB in 100 s is 2458 sectors a second; the floor is set half as high again.
-	set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(100 * time.Second)})
+	paced := func(left time.Duration) Desired {
+		return Desired{Passing: true, PaceUntil: time.Now().Add(left), PaceOver: 100 * time.Second}
+	}
+	set := tunableSteps(paced(100 * time.Second))
 	floor, err := strconv.Atoi(set["writeback_rate_minimum"])
 	if err != nil || floor < 3600 || floor > 3700 {
 		t.Errorf("paced pass: writeback_rate_minimum set to %q, want about 3687 (120 MiB over 100 s, x1.5); steps %v", set["writeback_rate_minimum"], set)
@@ -480,12 +484,17 @@ func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
 	// Set, it stays while the need is within reach: no rewrite at every run.
 	o.Knobs["writeback_rate_minimum"] = set["writeback_rate_minimum"]
 	o.Knobs["writeback_delay"] = "0"
-	if set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(90 * time.Second)}); len(set) != 0 {
+	if set := tunableSteps(paced(90 * time.Second)); len(set) != 0 {
 		t.Errorf("paced pass with its floor set: steps %v, want none", set)
+	}
+	// As much dirty with 5 s of the pace left: under a steady load the sweep has no less to go,
+	// and a floor over the time left (20 times this one) would fill the backing disk's queue.
+	if set := tunableSteps(paced(5 * time.Second)); len(set) != 0 {
+		t.Errorf("paced pass near its deadline, the same dirty data: steps %v, want the floor kept", set)
 	}
 	// Dirty data that grew past the floor's reach raises it.
 	o.Knobs["dirty_data"] = "600.0M"
-	if set := tunableSteps(Desired{Passing: true, PaceUntil: time.Now().Add(90 * time.Second)}); set["writeback_rate_minimum"] == "" {
+	if set := tunableSteps(paced(90 * time.Second)); set["writeback_rate_minimum"] == "" {
 		t.Errorf("paced pass, 600 MiB dirty with 90 s left: steps %v, want the floor raised", set)
 	}
 

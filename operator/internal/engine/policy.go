@@ -410,7 +410,12 @@ func passPaceUntil(p *PassState, period time.Duration) time.Time {
 	if p == nil || p.Reason != PassFlushPeriod {
 		return time.Time{}
 	}
-	return p.StartedAt.Add(time.Duration(passPaceShare * float64(passLimit(period))))
+	return p.StartedAt.Add(passPaceOver(period))
+}
+
+// passPaceOver is how long a periodic pass spreads its writeback over.
+func passPaceOver(period time.Duration) time.Duration {
+	return time.Duration(passPaceShare * float64(passLimit(period)))
 }
 
 // kernelWritebackRateMinimum is bcache's own floor of the writeback rate, in 512-byte sectors a
@@ -418,15 +423,19 @@ func passPaceUntil(p *PassState, period time.Duration) time.Time {
 // outlives it.
 const kernelWritebackRateMinimum = 8
 
-// passPace is the writeback rate floor, in sectors a second, that writes dirtyBytes back in the
-// time left, and whether the pass is still paced (time is left). bcache applies the floor at its
-// next rate update (writeback_rate_update_seconds, 5 s by default); each run of Converge sizes it
-// again from what is dirty then, so data dirtied during the pass raises it.
-func passPace(dirtyBytes int64, left time.Duration) (int64, bool) {
-	if left <= 0 {
+// passPace is the writeback rate floor, in sectors a second, that writes dirtyBytes back over the
+// pass's pace (over), and whether the pass is still paced (time is left). bcache applies the floor
+// at its next rate update (writeback_rate_update_seconds, 5 s by default). Each run of Converge
+// sizes it again from what is dirty then, so data dirtied during the pass raises it, but over
+// the whole pace, not the time left: under a steady load as much is dirty late in a pass as at
+// its start, and a floor over the time left climbed past what the backing disk takes, its queue
+// full ahead of the commits for the last part of every pass. A pass that falls behind goes at
+// full speed after its pace, and is finished in writethrough at its limit.
+func passPace(dirtyBytes int64, over, left time.Duration) (int64, bool) {
+	if left <= 0 || over <= 0 {
 		return 0, false
 	}
-	sectors := int64(math.Ceil(float64(dirtyBytes) / 512 / left.Seconds()))
+	sectors := int64(math.Ceil(float64(dirtyBytes) / 512 / over.Seconds()))
 	return max(sectors, kernelWritebackRateMinimum), true
 }
 
@@ -471,6 +480,7 @@ func (e *Engine) desired(v Volume, want Desired) Desired {
 	if st, err := e.loadState(v); err == nil && st.Pass != nil && !want.Hold {
 		want.Passing = true
 		want.PaceUntil = passPaceUntil(st.Pass, v.Spec.EffectiveFlushPeriod())
+		want.PaceOver = passPaceOver(v.Spec.EffectiveFlushPeriod())
 	}
 	return want
 }

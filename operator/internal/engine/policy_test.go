@@ -151,7 +151,10 @@ func TestPassPaceUntil(t *testing.T) {
 	if got := passPaceUntil(&PassState{Reason: PassRequested, StartedAt: t0}, 5*time.Minute); !got.IsZero() {
 		t.Errorf("a pass asked for is paced until %s, want not paced", got)
 	}
-	if floor, paced := passPace(0, time.Minute); !paced || floor != kernelWritebackRateMinimum {
+	if got := passPaceOver(5 * time.Minute); got != 112500*time.Millisecond {
+		t.Errorf("5m period: paced over %s, want 112.5 s (three quarters of 150 s)", got)
+	}
+	if floor, paced := passPace(0, time.Minute, time.Minute); !paced || floor != kernelWritebackRateMinimum {
 		t.Errorf("nothing dirty: floor %d paced %v, want the kernel's floor", floor, paced)
 	}
 }
