@@ -273,6 +273,11 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 			return run, fmt.Errorf("start the dirty-age sampler: %w", err)
 		}
 	}
+	if s.onBcache() {
+		if _, err := g.script(ctx, export+writebackSampler); err != nil {
+			return run, fmt.Errorf("start the writeback sampler: %w", err)
+		}
+	}
 	logFrom := int64(0)
 	if s.kind == flashcache {
 		if logFrom, err = g.bytesFrom(ctx, "", "wc -l </var/log/flashcache-run.log"); err != nil {
@@ -289,6 +294,15 @@ func (g *guest) runOLTP(p results.OLTPParams, s storage) (results.OLTPRun, error
 			return run, fmt.Errorf("flush loop's log: %w", err)
 		}
 		results.ParsePassLog(&run, passLog)
+	}
+	if s.onBcache() {
+		samples, err := g.script(ctx, stopWritebackSampler)
+		if err != nil {
+			return run, fmt.Errorf("writeback sampler: %w", err)
+		}
+		if run.Writeback, err = results.ParseWritebackSamples(samples); err != nil {
+			return run, err
+		}
 	}
 	if s.samplesDirtyAge() {
 		ages, err := g.script(ctx, stopDirtyAgeSampler)

@@ -3,10 +3,13 @@ package results
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/flashcache/flashcache/operator/internal/blockdev"
 )
 
 // Sysbench is what a `sysbench ... --report-interval=N run` printed.
@@ -186,4 +189,38 @@ func ParseDirtyAges(out string) (ages []float64, open float64, err error) {
 		}
 	}
 	return ages, open, nil
+}
+
+// ParseWritebackSamples reads the writeback sampler's lines, "TIME DIRTY RATE MINIMUM WRITES
+// SECTORS": a time in seconds, bcache's dirty_data and writeback_rate as it prints them ("1.5M"),
+// writeback_rate_minimum in sectors, and the backing disk's writes and sectors written so far.
+// The first line is the baseline of the HDD's counters; each later one is a sample.
+func ParseWritebackSamples(out string) ([]WritebackSample, error) {
+	var samples []WritebackSample
+	var first, prevAt float64
+	var prevWrites, prevSectors int64
+	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 6 {
+			return nil, fmt.Errorf("writeback sampler printed %q", line)
+		}
+		at, err1 := strconv.ParseFloat(f[0], 64)
+		dirty, err2 := blockdev.ParseHumanSize(f[1])
+		rate, err3 := blockdev.ParseHumanSize(f[2])
+		minimum, err4 := strconv.ParseInt(f[3], 10, 64)
+		writes, err5 := strconv.ParseInt(f[4], 10, 64)
+		sectors, err6 := strconv.ParseInt(f[5], 10, 64)
+		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
+			return nil, fmt.Errorf("writeback sampler printed %q: %w", line, err)
+		}
+		if i == 0 {
+			first = at
+		} else if at > prevAt {
+			secs := at - prevAt
+			samples = append(samples, WritebackSample{Seconds: at - first, DirtyBytes: dirty, RateBytes: rate, RateMinimumBytes: minimum * 512,
+				HDDWritesPerSecond: float64(writes-prevWrites) / secs, HDDWriteBytesPerSecond: float64(sectors-prevSectors) * 512 / secs})
+		}
+		prevAt, prevWrites, prevSectors = at, writes, sectors
+	}
+	return samples, nil
 }

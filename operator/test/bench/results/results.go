@@ -131,6 +131,11 @@ type OLTPRun struct {
 	WritethroughSeconds  []float64 `json:"writethroughSeconds,omitempty"`
 	WriteLimits          []int64   `json:"writeLimits,omitempty"`
 
+	// Writeback is bcache's writeback sampled every 10 s through the measured run (bcache
+	// configurations, from 2026-12-06 19:40): beside the 10-s TPS, what a flush pass's floor and
+	// bcache's own rate asked of the HDD, and what it wrote.
+	Writeback []WritebackSample `json:"writeback,omitempty"`
+
 	// ReadHitRatio is the share of the bytes read from the volume that did not come from the
 	// HDD, from /sys/block/*/stat over the measured run: the same definition for every cache.
 	ReadHitRatio        float64 `json:"readHitRatio"`
@@ -432,6 +437,22 @@ func CV(xs []float64) float64 {
 		sq += (x - mean) * (x - mean)
 	}
 	return math.Sqrt(sq/float64(len(xs))) / mean
+}
+
+// WritebackSample is one sample of a bcache volume's writeback, and the HDD's writes in the
+// seconds since the sample before.
+type WritebackSample struct {
+	// Seconds since the first sample, which was taken as the measured run began.
+	Seconds    float64 `json:"seconds"`
+	DirtyBytes int64   `json:"dirtyBytes"`
+	// RateBytes is the rate bcache's writeback aims at, a second (writeback_rate);
+	// RateMinimumBytes its floor (writeback_rate_minimum), which a paced flush pass raises.
+	RateBytes        int64 `json:"rateBytes"`
+	RateMinimumBytes int64 `json:"rateMinimumBytes"`
+	// HDDWritesPerSecond and HDDWriteBytesPerSecond are the backing disk's, since the sample
+	// before (/sys/block/*/stat): every writer's, the database's own writes around the cache too.
+	HDDWritesPerSecond     float64 `json:"hddWritesPerSecond"`
+	HDDWriteBytesPerSecond float64 `json:"hddWriteBytesPerSecond"`
 }
 
 // ParsePassLog fills in run's pass counts, writethrough lengths and write limits from lines of

@@ -255,3 +255,24 @@ func TestParsePassLog(t *testing.T) {
 		t.Errorf("writethrough lengths %v, want [12.5] (the first finish's line gives none)", run.WritethroughSeconds)
 	}
 }
+
+// The sampler's first line is the HDD counters' baseline; each later one a sample of the 10 s
+// before it.
+func TestParseWritebackSamples(t *testing.T) {
+	got, err := ParseWritebackSamples("1000.0 130.2M 1.5M 8 5000 80000\n" +
+		"1010.0 131.0M 2.0M 4096 6500 96000\n" +
+		"1020.0 98.5M 4.0k 8 8000 112000\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []WritebackSample{
+		{Seconds: 10, DirtyBytes: 131 << 20, RateBytes: 2 << 20, RateMinimumBytes: 2 << 20, HDDWritesPerSecond: 150, HDDWriteBytesPerSecond: 16000 * 512 / 10},
+		{Seconds: 20, DirtyBytes: 98<<20 + 512<<10, RateBytes: 4 << 10, RateMinimumBytes: 4 << 10, HDDWritesPerSecond: 150, HDDWriteBytesPerSecond: 16000 * 512 / 10},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
+	}
+	if _, err := ParseWritebackSamples("1000.0 130.2M 1.5M eight 5000 80000\n"); err == nil {
+		t.Errorf("a floor that is not a number: want an error")
+	}
+}
