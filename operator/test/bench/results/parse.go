@@ -199,8 +199,12 @@ func ParseWritebackSamples(out string) ([]WritebackSample, error) {
 	var samples []WritebackSample
 	var first, prevAt float64
 	var prevWrites, prevSectors int64
-	for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+	baseline := true
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
 		if len(f) != 6 {
 			return nil, fmt.Errorf("writeback sampler printed %q", line)
 		}
@@ -213,8 +217,8 @@ func ParseWritebackSamples(out string) ([]WritebackSample, error) {
 		if err := errors.Join(err1, err2, err3, err4, err5, err6); err != nil {
 			return nil, fmt.Errorf("writeback sampler printed %q: %w", line, err)
 		}
-		if i == 0 {
-			first = at
+		if baseline {
+			first, baseline = at, false
 		} else if at > prevAt {
 			secs := at - prevAt
 			samples = append(samples, WritebackSample{Seconds: at - first, DirtyBytes: dirty, RateBytes: rate, RateMinimumBytes: minimum * 512,

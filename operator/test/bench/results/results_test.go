@@ -272,6 +272,9 @@ func TestParseWritebackSamples(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v\nwant %+v", got, want)
 	}
+	if got, err := ParseWritebackSamples(""); err != nil || len(got) != 0 {
+		t.Errorf("a sampler stopped before its first line: %v, %v; want no samples and no error", got, err)
+	}
 	if _, err := ParseWritebackSamples("1000.0 130.2M 1.5M eight 5000 80000\n"); err == nil {
 		t.Errorf("a floor that is not a number: want an error")
 	}
