@@ -428,9 +428,9 @@ const kernelWritebackRateMinimum = 8
 // at its next rate update (writeback_rate_update_seconds, 5 s by default). Each run of Converge
 // sizes it again from what is dirty then, so data dirtied during the pass raises it, but over
 // the whole pace, not the time left: under a steady load as much is dirty late in a pass as at
-// its start, and a floor over the time left climbed past what the backing disk takes, its queue
-// full ahead of the commits for the last part of every pass. A pass that falls behind goes at
-// full speed after its pace, and is finished in writethrough at its limit.
+// its start, and a floor over the time left climbed past what the backing disk takes for the
+// last part of every pass. A pass that falls behind goes at full speed after its pace, and is
+// finished in writethrough at its limit.
 func passPace(dirtyBytes int64, over, left time.Duration) (int64, bool) {
 	if left <= 0 || over <= 0 {
 		return 0, false
