@@ -488,7 +488,7 @@ func TestPlanPacesAPeriodicPassAndUnthrottlesAfterItsDeadline(t *testing.T) {
 		t.Errorf("paced pass with its floor set: steps %v, want none", set)
 	}
 	// As much dirty with 5 s of the pace left: under a steady load the sweep has no less to go,
-	// and a floor over the time left (20 times this one) would ask far more than the backing disk takes.
+	// and a floor over the time left (20 times this one) would ask far more than the disk takes.
 	if set := tunableSteps(paced(5 * time.Second)); len(set) != 0 {
 		t.Errorf("paced pass near its deadline, the same dirty data: steps %v, want the floor kept", set)
 	}
