@@ -136,15 +136,21 @@ func (t *WriteThrottle) afterWritethroughFinish() int64 {
 	return max(int64(float64(t.BytesPerSecond)*writethroughFinishCut), t.least())
 }
 
+// writeLimitKept says whether a volume keeps a write limit this run: its spec asks for one, and it
+// is in writeback, dirty or with a pass under way. A pass finished in writethrough this run left
+// it clean, and the status read right after the blocking flush can say so before its writers
+// write again; they go on, and the lowered limit is kept for the next pass.
+func writeLimitKept(v Volume, s *Status, passing, finishedInWritethrough bool) bool {
+	return v.Spec.EffectiveFlushThrottle() == fcv1.FlushThrottleProportional &&
+		s != nil && s.Device != "" && (passing || s.Dirty() || finishedInWritethrough) &&
+		s.CacheMode == string(fcv1.CacheModeWriteback) && !s.Held
+}
+
 // throttleWrites sizes the volume's write limit from this run's reading and sets it on the
 // cgroups that write to the device, in proportion to what each wrote since the last run. A
-// volume whose spec does not ask for it, that is clean with no pass under way, or that left
-// writeback has its limit lifted.
+// volume that keeps none (writeLimitKept) has its limit lifted.
 func (e *Engine) throttleWrites(v Volume, st *State, s *Status, r sweepReading, finishedInWritethrough bool) (int64, error) {
-	off := v.Spec.EffectiveFlushThrottle() != fcv1.FlushThrottleProportional ||
-		s == nil || s.Device == "" || (r.pass == nil && !s.Dirty()) ||
-		s.CacheMode != string(fcv1.CacheModeWriteback) || s.Held
-	if off {
+	if !writeLimitKept(v, s, r.pass != nil, finishedInWritethrough) {
 		return 0, e.liftWriteLimit(v, st)
 	}
 	dev, err := blockdev.DeviceNumber(s.Device)

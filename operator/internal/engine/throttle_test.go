@@ -3,6 +3,8 @@ package engine
 import (
 	"testing"
 	"time"
+
+	fcv1 "github.com/flashcache/flashcache/operator/api/v1alpha1"
 )
 
 // feed runs the throttle over readings every 10 s of a pass that started at t0 and must sweep by
@@ -102,5 +104,29 @@ func TestLimitPartsFollowWhatEachCgroupWrote(t *testing.T) {
 	}
 	if limitParts(0, nil, map[string]int64{"a": 1}) != nil {
 		t.Error("parts of no limit")
+	}
+}
+
+func TestWriteLimitIsKeptAfterAWritethroughFinishLeftTheVolumeClean(t *testing.T) {
+	v := Volume{Name: "vol", Spec: fcv1.FlashCacheVolumeSpec{FlushThrottle: fcv1.FlushThrottleProportional}}
+	clean := &Status{Device: "bcache0", CacheMode: string(fcv1.CacheModeWriteback), State: "clean"}
+	dirty := &Status{Device: "bcache0", CacheMode: string(fcv1.CacheModeWriteback), State: "dirty", DirtyBytes: 4096}
+	if !writeLimitKept(v, clean, false, true) {
+		t.Error("the limit was lifted in the run whose writethrough finish left the volume clean")
+	}
+	if writeLimitKept(v, clean, false, false) {
+		t.Error("an idle clean volume kept its limit")
+	}
+	if !writeLimitKept(v, dirty, false, false) || !writeLimitKept(v, clean, true, false) {
+		t.Error("a dirty volume, or one with a pass under way, lost its limit")
+	}
+	held := *dirty
+	held.Held = true
+	writethrough := *dirty
+	writethrough.CacheMode = string(fcv1.CacheModeWritethrough)
+	disabled := v
+	disabled.Spec.FlushThrottle = fcv1.FlushThrottleDisabled
+	if writeLimitKept(v, &held, true, true) || writeLimitKept(v, &writethrough, true, true) || writeLimitKept(disabled, dirty, true, true) {
+		t.Error("a limit kept on a held volume, one out of writeback, or one whose spec turned it off")
 	}
 }
