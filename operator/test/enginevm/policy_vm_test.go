@@ -479,6 +479,10 @@ func testWearWhileRunning(t *testing.T, g *guest) {
 	}
 }
 
+// redirtyWriter matches the pass script's writer, fio and its job process (pgrep -f, pkill -f).
+// Anchored: the shell that runs pgrep or pkill has the pattern in its own command line.
+const redirtyWriter = "^fio --name=redirty"
+
 // passScript runs a flush loop over vol-a (flushPeriod 30s) under a steady writer: fio rewrites
 // the first 64 KiB 400 times a second (a block bcache writes back is usually written again
 // before its write-back lands), so bcache never reports the volume clean. The loop starts
@@ -519,7 +523,7 @@ while [ ${EPOCHREALTIME%%.*} -lt $deadline ]; do
 	sleep 0.2
 done
 # A writer the host stopped (SIGSTOP) for the pass's end writes again, as a database would.
-pkill -CONT -f '^fio --name=redirty' || true
+pkill -CONT -f '` + redirtyWriter + `' || true
 # The round that logged the pass's end counts it a moment later.
 sleep 1; scrape_metrics 8091 >/root/pass-metrics.txt || true
 kill $(cat /root/pass.pid); while kill -0 $(cat /root/pass.pid) 2>/dev/null; do sleep 0.2; done; rm -f /root/pass.pid
@@ -823,7 +827,7 @@ func testWriteLimitWhileAPassLags(t *testing.T, g *guest) {
 	// The writer's top-level cgroup (system.slice, as ssh's sessions run there on the test image),
 	// its limit on the volume and what it wrote to it.
 	const readCgroup = `dev=$(cat /sys/block/$(basename $(readlink -f /dev/flashcache/vol-a))/dev)
-cg=${CG:-$(cut -d: -f3 /proc/$(pgrep -f name=redirty | head -1)/cgroup 2>/dev/null | cut -d/ -f2)}
+cg=${CG:-$(cut -d: -f3 /proc/$(pgrep -f '` + redirtyWriter + `' | head -1)/cgroup 2>/dev/null | cut -d/ -f2)}
 [ -n "$cg" ] || exit 0
 wbps=$(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbps=/) print substr($i, 6) }' /sys/fs/cgroup/$cg/io.max 2>/dev/null)
 wbytes=$(awk -v d=$dev '$1 == d { for (i = 2; i <= NF; i++) if ($i ~ /^wbytes=/) print substr($i, 8) }' /sys/fs/cgroup/$cg/io.stat 2>/dev/null)
@@ -870,8 +874,7 @@ echo "$EPOCHREALTIME $cg ${wbps:-max} ${wbytes:-0}"`
 				// flush ends with the volume clean, as it can on a loaded host whose writer has
 				// not written again by the engine's next reading: the limit must stay anyway.
 				if !writerStopped {
-					// Anchored: the shell that runs pkill has the pattern in its own command line.
-					g.sh(t, "pkill -STOP -f '^fio --name=redirty'")
+					g.sh(t, "pkill -STOP -f '"+redirtyWriter+"'")
 					writerStopped = true
 				}
 				restore()
