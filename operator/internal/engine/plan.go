@@ -323,7 +323,7 @@ func restoreBackingWBT(mode fcv1.WritebackThrottling, disk blockdev.Device) (str
 func tunableSteps(v Volume, o *Observation, want Desired, bcacheDev string) []Step {
 	var steps []Step
 	dirty, _ := blockdev.ParseHumanSize(o.Knobs["dirty_data"])
-	for _, t := range tunables(v, want, o.CacheUnusedPercent, dirty) {
+	for _, t := range tunables(v, want, o.CacheUnusedPercent, o.Knobs["sequential_cutoff"], dirty) {
 		have := o.Knobs[t.name]
 		if o.BackingReg == nil || !t.matches(have) {
 			steps = append(steps, Step{Kind: StepSetTunable, Device: bcacheDev, Tunable: t.name, Value: t.value, From: have})
@@ -560,20 +560,36 @@ type tunable struct {
 // allocated, so this tracks the fill, and the cutoff applies before the working set is crowded.
 const fillUntilUnusedPercent = 10
 
-// effectiveSequentialCutoff is the sequential cutoff the volume should have now: 0 while the
-// cache is filling (cacheUnusedPercent of -1 means unknown, and then the spec's cutoff holds).
-func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int) int64 {
+// refillFromUnusedPercent is how much of a filled cache must be unused again before sequential
+// I/O is cached again. bcache's garbage collection moves the unused share a few points either
+// way as it reclaims buckets: with the one threshold, the benchmark's full cache under a
+// database's load went from the spec's cutoff to none and back every 20-30 s, and a backup
+// streaming in the seconds without one would have evicted the working set. A cache emptied since
+// (discarded blocks, a volume made again on it) fills again.
+const refillFromUnusedPercent = 25
+
+// effectiveSequentialCutoff is the sequential cutoff the volume should have now, given the one
+// bcache applies (have, as it prints it): 0 while the cache is filling, which stops when 10% or
+// less of it is unused and starts again only past 25% (cacheUnusedPercent of -1 means unknown,
+// and then the spec's cutoff holds).
+func effectiveSequentialCutoff(v Volume, cacheUnusedPercent int, have string) int64 {
 	cutoff := v.Spec.EffectiveSequentialCutoffBytes()
-	fill := v.Spec.EffectiveCacheSequentialUntilFull()
-	if fill && cacheUnusedPercent > fillUntilUnusedPercent {
+	if !v.Spec.EffectiveCacheSequentialUntilFull() {
+		return cutoff
+	}
+	fillingWhileOver := fillUntilUnusedPercent
+	if applied, err := blockdev.ParseHumanSize(have); err == nil && applied > 0 {
+		fillingWhileOver = refillFromUnusedPercent
+	}
+	if cacheUnusedPercent > fillingWhileOver {
 		return 0
 	}
 	return cutoff
 }
 
 // tunables are the backing device's knobs as the spec wants them, given how much of the cache
-// device is still unused.
-func tunables(v Volume, want Desired, cacheUnusedPercent int, dirtyBytes int64) []tunable {
+// device is still unused and the sequential cutoff bcache applies now (haveCutoff).
+func tunables(v Volume, want Desired, cacheUnusedPercent int, haveCutoff string, dirtyBytes int64) []tunable {
 	mode := string(v.Spec.EffectiveMode())
 	if want.Hold || (want.SafetyWritethrough && mode == string(fcv1.CacheModeWriteback)) {
 		mode = string(fcv1.CacheModeWritethrough)
@@ -592,7 +608,7 @@ func tunables(v Volume, want Desired, cacheUnusedPercent int, dirtyBytes int64) 
 			percent = 0
 		}
 	}
-	cutoff := effectiveSequentialCutoff(v, cacheUnusedPercent)
+	cutoff := effectiveSequentialCutoff(v, cacheUnusedPercent, haveCutoff)
 	return []tunable{
 		{"label", v.Label(), exact(v.Label())},
 		{"cache_mode", mode, choice(mode)},

@@ -183,6 +183,16 @@ func TestPlanCachesSequentialIOWhileTheCacheFills(t *testing.T) {
 	if got := cutoffAt(v, 10, "0.0k"); got != "set 4194304" {
 		t.Errorf("cache 90%% used: %s, want set 4194304", got)
 	}
+	// Filled, it stays filled while garbage collection moves the unused share a few points.
+	for _, unused := range []int{11, 25} {
+		if got := cutoffAt(v, unused, "4.0M"); got != "kept 4.0M" {
+			t.Errorf("filled cache %d%% unused: %s, want kept 4.0M", unused, got)
+		}
+	}
+	// Emptied since (discards, a volume made again): it fills again.
+	if got := cutoffAt(v, 26, "4.0M"); got != "set 0" {
+		t.Errorf("filled cache now 26%% unused: %s, want set 0", got)
+	}
 	// Unknown (bcache did not say) is not taken for empty.
 	if got := cutoffAt(v, -1, "0.0k"); got != "set 4194304" {
 		t.Errorf("unknown fill: %s, want set 4194304", got)

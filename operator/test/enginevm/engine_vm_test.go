@@ -592,7 +592,8 @@ func testTunableChanges(t *testing.T, g *guest) {
 
 // testSequentialCutoffOnceFull reads the volume through in one sequential stream: the new cache
 // takes it, and once the cache has filled, the next apply sets the spec's cutoff, after which a
-// stream goes around the cache.
+// stream goes around the cache. The cutoff stays while a little room is made again, and goes when
+// more than a quarter of the cache is unused.
 func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	dev := g.sh(t, "basename $(readlink -f /dev/flashcache/vol-a)")
 	bc := "/sys/block/" + dev + "/bcache/"
@@ -620,21 +621,26 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	partMiB := g.sysfsInt(t, "/sys/class/block/"+g.kernelName(t, cacheA)+"p1/size") / 2048
 	before := bypassedReads()
 	stream := fmt.Sprintf("dd if=/dev/flashcache/vol-a of=/dev/null bs=1M count=%d iflag=direct status=none", partMiB)
-	g.sh(t, stream)
 	// priority_stats counts a bucket as used once bcache's garbage collection has marked it, and
 	// bcache drops a read miss's insert when its allocator has no free bucket yet (a fresh CI run,
 	// beside cold builds, saw 32% unused after one stream): let GC mark the buckets, and give the
 	// stream a second read for the inserts the first lost. Still 0 reads bypassed either way.
-	left := unused()
-	for pass := 0; left > 10 && pass < 2; pass++ {
-		g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
-		time.Sleep(3 * time.Second)
-		if left = unused(); left > 10 {
-			t.Logf("after the stream and a garbage collection, %d%% of the cache unused: reading it again", left)
-			g.sh(t, stream)
-			left = unused()
+	fill := func() int {
+		t.Helper()
+		g.sh(t, stream)
+		left := unused()
+		for pass := 0; left > 10 && pass < 2; pass++ {
+			g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
+			time.Sleep(3 * time.Second)
+			if left = unused(); left > 10 {
+				t.Logf("after the stream and a garbage collection, %d%% of the cache unused: reading it again", left)
+				g.sh(t, stream)
+				left = unused()
+			}
 		}
+		return left
 	}
+	left := fill()
 	time.Sleep(15 * time.Second) // bcache folds its counters into stats_total every 13.6 s
 	t.Logf("read %d MiB, the size of the cache partition, in one stream: %d%% of the cache unused, %d reads bypassed",
 		partMiB, left, bypassedReads()-before)
@@ -660,6 +666,42 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	}
 	if r, _, _ := g.node(t, "apply", "a.yaml"); r.Changed {
 		t.Errorf("apply on a full cache changed %s", r.stepKinds())
+	}
+
+	// Room made on the full cache, a slice of the cached stream discarded at a time (bcache drops
+	// the slice's keys, and its garbage collection frees the buckets they filled): a few points
+	// past 10% unused, as garbage collection moves it, keep the cutoff; past 25%, the cache fills
+	// again.
+	slice, discarded := partMiB/25, int64(0)
+	makeRoom := func(over int) int {
+		t.Helper()
+		left := unused()
+		for ; left <= over && discarded+slice <= partMiB; discarded += slice {
+			g.sh(t, fmt.Sprintf("blkdiscard --offset %d --length %d /dev/flashcache/vol-a", discarded<<20, slice<<20))
+			g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
+			time.Sleep(3 * time.Second)
+			left = unused()
+		}
+		t.Logf("discarded the first %d MiB of the stream: %d%% of the cache unused", discarded, left)
+		return left
+	}
+	if left := makeRoom(10); left <= 10 || left > 25 {
+		t.Fatalf("discarding the stream a %d-MiB slice at a time left %d%% of the cache unused, want 11-25%%", slice, left)
+	}
+	if r, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 || r.Changed {
+		t.Errorf("apply on a filled cache with a little room again: exit %d, steps %s, want none (the cutoff kept)\n%s", code, r.stepKinds(), stderr)
+	}
+	if left := makeRoom(25); left <= 25 {
+		t.Fatalf("discarding the whole stream left %d%% of the cache unused, want over 25%%", left)
+	}
+	r, code, stderr = g.node(t, "apply", "a.yaml")
+	if code != 0 || r.stepKinds() != "set-tunable" || r.Volumes[0].Steps[0].Value != "0" {
+		t.Fatalf("apply on a cache emptied past 25%%: exit %d, steps %s, want the cutoff set to 0\n%s", code, r, stderr)
+	}
+	// Filled again, for the steps after this one.
+	left = fill()
+	if r, code, stderr := g.node(t, "apply", "a.yaml"); code != 0 || r.stepKinds() != "set-tunable" || r.Volumes[0].Steps[0].Value != "4194304" {
+		t.Errorf("apply after the stream filled the cache again (%d%% unused): exit %d, steps %s, want the cutoff set to 4 MiB\n%s", left, code, r, stderr)
 	}
 }
 

@@ -56,8 +56,8 @@ type FlashCacheVolumeSpecApplyConfiguration struct {
 	// cacheSequentialUntilFull caches sequential I/O as well while more than 10% of the cache
 	// device is unused, so that a restore or first load lands on the SSD instead of warming it
 	// at the backing disk's random-read rate; once the cache has filled, sequentialCutoff keeps
-	// backups and large copies from evicting the working set. false applies sequentialCutoff
-	// from the start.
+	// backups and large copies from evicting the working set, until more than 25% of the cache is
+	// unused again. false applies sequentialCutoff from the start.
 	CacheSequentialUntilFull *bool `json:"cacheSequentialUntilFull,omitempty"`
 	// replacementPolicy is how bcache chooses buckets to evict.
 	ReplacementPolicy *apiv1alpha1.ReplacementPolicy `json:"replacementPolicy,omitempty"`
