@@ -625,14 +625,18 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 	// bcache drops a read miss's insert when its allocator has no free bucket yet (a fresh CI run,
 	// beside cold builds, saw 32% unused after one stream): let GC mark the buckets, and give the
 	// stream a second read for the inserts the first lost. Still 0 reads bypassed either way.
+	unusedAfterGC := func() int {
+		t.Helper()
+		g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
+		time.Sleep(3 * time.Second)
+		return unused()
+	}
 	fill := func() int {
 		t.Helper()
 		g.sh(t, stream)
 		left := unused()
 		for pass := 0; left > 10 && pass < 2; pass++ {
-			g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
-			time.Sleep(3 * time.Second)
-			if left = unused(); left > 10 {
+			if left = unusedAfterGC(); left > 10 {
 				t.Logf("after the stream and a garbage collection, %d%% of the cache unused: reading it again", left)
 				g.sh(t, stream)
 				left = unused()
@@ -678,9 +682,7 @@ func testSequentialCutoffOnceFull(t *testing.T, g *guest) {
 		left := unused()
 		for ; left <= over && discarded+slice <= partMiB; discarded += slice {
 			g.sh(t, fmt.Sprintf("blkdiscard --offset %d --length %d /dev/flashcache/vol-a", discarded<<20, slice<<20))
-			g.sh(t, "echo 1 > "+bc+"cache/internal/trigger_gc")
-			time.Sleep(3 * time.Second)
-			left = unused()
+			left = unusedAfterGC()
 		}
 		t.Logf("discarded the first %d MiB of the stream: %d%% of the cache unused", discarded, left)
 		return left
